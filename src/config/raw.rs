@@ -1,0 +1,129 @@
+//! The config file exactly as written: every section optional, unknown fields rejected.
+//!
+//! Nothing here is trusted yet; `super::validate` turns it into a [`super::Config`].
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub auth: RawAuth,
+    #[serde(default)]
+    pub store: RawStore,
+    #[serde(default)]
+    pub limits: RawLimits,
+    #[serde(default)]
+    pub roles: Vec<RawRole>,
+    #[serde(default)]
+    pub providers: Vec<RawProvider>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    #[serde(default)]
+    pub debug: RawDebug,
+    #[serde(default)]
+    pub retry: RawRetry,
+    #[serde(default)]
+    pub breaker: RawBreaker,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<String>,
+    pub max_body_bytes: Option<u64>,
+    pub admin_listen: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    pub required: Option<bool>,
+    pub default_role: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub backend: Option<String>,
+    pub redis_url: Option<String>,
+    pub on_backend_error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRole {
+    pub name: String,
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub max_concurrent: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    pub name: String,
+    pub kind: String,
+    pub base_url: String,
+    pub key_required: Option<bool>,
+    pub api_key_env: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: String,
+    pub steps: Vec<RawStep>,
+    #[serde(default)]
+    pub fallback_on_context_length: bool,
+    pub degraded: Option<RawDegraded>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDegraded {
+    pub content: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDebug {
+    pub allow_force_fallback: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRetry {
+    pub attempts_per_step: Option<u32>,
+    pub backoff_base: Option<String>,
+    pub backoff_max: Option<String>,
+    pub attempt_timeout: Option<String>,
+    pub request_deadline: Option<String>,
+    pub max_attempts: Option<u32>,
+    pub stream_idle_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBreaker {
+    pub consecutive_failures: Option<u32>,
+    pub failure_rate: Option<f64>,
+    pub window: Option<String>,
+    pub min_requests: Option<u32>,
+    pub cooldown: Option<String>,
+}

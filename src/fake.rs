@@ -1,0 +1,71 @@
+//! A scriptable fake provider over real HTTP, for tests, the demo and the benchmark.
+//!
+//! It speaks OpenAI chat completions (JSON and SSE). Each request takes the next behaviour of
+//! its script: a status, headers, a delay, a stream of chunks with pauses, a dropped
+//! connection or a malformed body. It counts calls, records what it received, and tracks
+//! open connections and cancelled streams so tests can wait on events instead of sleeping.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use switchyard::fake::{Behavior, FakeUpstream};
+//! let fake = FakeUpstream::new("primary")
+//!     .then(Behavior::status(500))
+//!     .then(Behavior::ok())
+//!     .start()
+//!     .await?;
+//! println!("base_url = {}", fake.base_url());
+//! # Ok(()) }
+//! ```
+
+mod behavior;
+mod server;
+
+pub use behavior::{Behavior, Script, ScriptMode};
+pub use server::{FakeHandle, FakeStats, RecordedRequest};
+
+use std::net::SocketAddr;
+
+/// Builds a fake upstream.
+pub struct FakeUpstream {
+    name: String,
+    script: Script,
+}
+
+impl FakeUpstream {
+    /// A fake that answers every request with a healthy completion until scripted otherwise.
+    pub fn new(name: &str) -> FakeUpstream {
+        FakeUpstream {
+            name: name.to_owned(),
+            script: Script::default(),
+        }
+    }
+
+    /// Appends a behaviour for the next request.
+    pub fn then(mut self, behavior: Behavior) -> FakeUpstream {
+        self.script.behaviors.push(behavior);
+        self
+    }
+
+    /// Replaces the whole script.
+    pub fn script(mut self, script: Script) -> FakeUpstream {
+        self.script = script;
+        self
+    }
+
+    /// Starts the script over after its last behaviour, instead of repeating that one.
+    pub fn cycle(mut self) -> FakeUpstream {
+        self.script.mode = ScriptMode::Cycle;
+        self
+    }
+
+    /// Starts on an ephemeral loopback port.
+    pub async fn start(self) -> std::io::Result<FakeHandle> {
+        self.start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Starts on `addr`.
+    pub async fn start_on(self, addr: SocketAddr) -> std::io::Result<FakeHandle> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        Ok(server::spawn(listener, self.name, self.script))
+    }
+}

@@ -1,0 +1,531 @@
+//! The fake's HTTP server, on hyper directly: a scripted reset must close the connection
+//! without any answer, which a router framework would not let a handler do.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::behavior::{Behavior, Script};
+
+type FakeBody = BoxBody<Bytes, std::io::Error>;
+
+/// Counters a test can wait on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FakeStats {
+    /// Chat requests received.
+    pub calls: usize,
+    /// TCP connections open now.
+    pub open_connections: usize,
+    /// Streams sent to their end.
+    pub streams_completed: usize,
+    /// Streams whose client went away before their end.
+    pub streams_cancelled: usize,
+}
+
+/// One request as the fake received it.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    /// Header names lowercased.
+    pub headers: BTreeMap<String, String>,
+    pub body: String,
+}
+
+impl RecordedRequest {
+    /// The body parsed as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+const RECORDED_MAX: usize = 10_000;
+
+struct ScriptState {
+    script: Script,
+    /// The call count when this script was set: behaviours are counted from here.
+    base: usize,
+}
+
+struct FakeState {
+    name: String,
+    script: Mutex<ScriptState>,
+    recorded: Mutex<Vec<RecordedRequest>>,
+    stats: watch::Sender<FakeStats>,
+}
+
+impl FakeState {
+    fn next_behavior(&self) -> (usize, Behavior) {
+        let mut call = 0;
+        self.stats.send_modify(|s| {
+            call = s.calls;
+            s.calls += 1;
+        });
+        // A poisoned lock means a test thread panicked; the script is still readable.
+        let state = self.script.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            call,
+            state.script.behavior_for(call.saturating_sub(state.base)),
+        )
+    }
+
+    fn record(&self, request: RecordedRequest) {
+        let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+        if recorded.len() == RECORDED_MAX {
+            recorded.remove(0);
+        }
+        recorded.push(request);
+    }
+}
+
+/// A running fake. Dropping it stops accepting connections.
+pub struct FakeHandle {
+    addr: SocketAddr,
+    state: Arc<FakeState>,
+    accept: JoinHandle<()>,
+}
+
+impl Drop for FakeHandle {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl FakeHandle {
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The `base_url` a provider config should name: `http://addr/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Chat requests received so far.
+    pub fn calls(&self) -> usize {
+        self.state.stats.borrow().calls
+    }
+
+    /// Every counter at once.
+    pub fn stats(&self) -> FakeStats {
+        *self.state.stats.borrow()
+    }
+
+    /// The requests received, oldest first.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.state
+            .recorded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the script; its first behaviour answers the next request.
+    pub fn set_script(&self, script: Script) {
+        set_script(&self.state, script);
+    }
+
+    /// Resolves once the counters satisfy `ready`.
+    pub async fn wait_until(&self, ready: impl FnMut(&FakeStats) -> bool) {
+        let mut stats = self.state.stats.subscribe();
+        // The sender lives in `self.state`, so the channel cannot close while we wait.
+        let _ = stats.wait_for(ready).await;
+    }
+}
+
+fn set_script(state: &FakeState, script: Script) {
+    let calls = state.stats.borrow().calls;
+    let mut current = state.script.lock().unwrap_or_else(|e| e.into_inner());
+    *current = ScriptState {
+        script,
+        base: calls,
+    };
+}
+
+/// Serves `listener` until the handle is dropped.
+pub fn spawn(listener: TcpListener, name: String, script: Script) -> FakeHandle {
+    // Binding succeeded, so the local address is known.
+    let addr = listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
+    let state = Arc::new(FakeState {
+        name,
+        script: Mutex::new(ScriptState { script, base: 0 }),
+        recorded: Mutex::new(Vec::new()),
+        stats: watch::Sender::new(FakeStats::default()),
+    });
+    let accept_state = state.clone();
+    let accept = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let state = accept_state.clone();
+            tokio::spawn(async move {
+                state.stats.send_modify(|s| s.open_connections += 1);
+                let service_state = state.clone();
+                let service = service_fn(move |request| handle(service_state.clone(), request));
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+                state.stats.send_modify(|s| s.open_connections -= 1);
+            });
+        }
+    });
+    FakeHandle {
+        addr,
+        state,
+        accept,
+    }
+}
+
+/// Returned by the service to make hyper close the connection without answering.
+#[derive(Debug)]
+struct ScriptedReset;
+
+impl std::fmt::Display for ScriptedReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("scripted reset")
+    }
+}
+
+impl std::error::Error for ScriptedReset {}
+
+async fn handle(
+    state: Arc<FakeState>,
+    request: Request<Incoming>,
+) -> Result<Response<FakeBody>, ScriptedReset> {
+    let (parts, body) = request.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let path = parts.uri.path().to_owned();
+    if let Some(control) = path.strip_prefix("/_fake/") {
+        return Ok(control_request(&state, &parts.method, control, &body));
+    }
+    if !path.ends_with("/chat/completions") {
+        return Ok(json_response(404, &error_body(404)));
+    }
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    state.record(RecordedRequest {
+        method: parts.method.to_string(),
+        path: parts.uri.to_string(),
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    });
+    let (call, behavior) = state.next_behavior();
+    if behavior.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(behavior.delay_ms)).await;
+    }
+    if behavior.reset {
+        return Err(ScriptedReset);
+    }
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let completion = Completion::new(&state.name, call, &request, &behavior);
+    let status = behavior.status.unwrap_or(200);
+    let mut response = if status != 200 || behavior.body.is_some() {
+        let body = behavior.body.clone().unwrap_or_else(|| error_body(status));
+        let streamed_ok = status == 200 && completion.stream;
+        let content_type = if streamed_ok {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        raw_response(status, content_type, Bytes::from(body))
+    } else if completion.stream {
+        stream_response(state.clone(), completion, behavior.clone())
+    } else if behavior.malformed {
+        raw_response(
+            200,
+            "application/json",
+            Bytes::from_static(b"{\"id\":\"chatcmpl-fake\",\"choices\":["),
+        )
+    } else {
+        json_response(200, &completion.whole().to_string())
+    };
+    for (name, value) in &behavior.headers {
+        if let (Ok(name), Ok(value)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            hyper::header::HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    Ok(response)
+}
+
+fn control_request(
+    state: &FakeState,
+    method: &Method,
+    path: &str,
+    body: &[u8],
+) -> Response<FakeBody> {
+    match (method, path) {
+        (&Method::GET, "requests") => {
+            let recorded = state.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            json_response(200, &serde_json::to_string(&*recorded).unwrap_or_default())
+        }
+        (&Method::GET, "stats") => json_response(
+            200,
+            &serde_json::to_string(&*state.stats.borrow()).unwrap_or_default(),
+        ),
+        (&Method::PUT, "script") => match serde_json::from_slice::<Script>(body) {
+            Ok(script) => {
+                set_script(state, script);
+                json_response(200, r#"{"ok":true}"#)
+            }
+            Err(e) => json_response(
+                400,
+                &json!({"error": {"message": e.to_string()}}).to_string(),
+            ),
+        },
+        _ => json_response(404, &error_body(404)),
+    }
+}
+
+/// The completion a request gets, in both its whole and streamed forms.
+struct Completion {
+    id: String,
+    model: String,
+    content: String,
+    stream: bool,
+    include_usage: bool,
+    chunks: usize,
+    prompt_tokens: u64,
+}
+
+impl Completion {
+    fn new(name: &str, call: usize, request: &Value, behavior: &Behavior) -> Completion {
+        let prompt_tokens = request
+            .get("messages")
+            .map(|m| m.to_string().len() as u64 / 4)
+            .unwrap_or(0);
+        Completion {
+            id: format!("chatcmpl-{name}-{call}"),
+            model: request
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or("fake")
+                .to_owned(),
+            content: behavior
+                .content
+                .clone()
+                .unwrap_or_else(|| format!("Hello from {name}!")),
+            stream: request
+                .get("stream")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            include_usage: request
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                == Some(true),
+            chunks: behavior.chunks.unwrap_or(3).max(1),
+            prompt_tokens,
+        }
+    }
+
+    fn usage(&self) -> Value {
+        let completion_tokens = self.content.split_whitespace().count() as u64;
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        })
+    }
+
+    fn whole(&self) -> Value {
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": self.model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": self.content},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": self.usage(),
+        })
+    }
+
+    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Bytes {
+        let chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
+        });
+        Bytes::from(format!("data: {chunk}\n\n"))
+    }
+
+    /// The `i`-th of `chunks` pieces of the content; the first carries the role.
+    fn content_chunk(&self, i: usize) -> Bytes {
+        let chars: Vec<char> = self.content.chars().collect();
+        let start = i * chars.len() / self.chunks;
+        let end = (i + 1) * chars.len() / self.chunks;
+        let piece: String = chars[start..end].iter().collect();
+        let delta = if i == 0 {
+            json!({"role": "assistant", "content": piece})
+        } else {
+            json!({"content": piece})
+        };
+        self.chunk(delta, None)
+    }
+
+    fn usage_chunk(&self) -> Bytes {
+        let chunk = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": self.model,
+            "choices": [],
+            "usage": self.usage(),
+        });
+        Bytes::from(format!("data: {chunk}\n\n"))
+    }
+}
+
+type FrameResult = Result<Frame<Bytes>, std::io::Error>;
+
+fn stream_response(
+    state: Arc<FakeState>,
+    completion: Completion,
+    behavior: Behavior,
+) -> Response<FakeBody> {
+    let (sender, receiver) = mpsc::channel::<FrameResult>(4);
+    tokio::spawn(async move {
+        let finished = send_stream(&sender, &completion, &behavior).await;
+        state.stats.send_modify(|s| {
+            if finished {
+                s.streams_completed += 1;
+            } else {
+                s.streams_cancelled += 1;
+            }
+        });
+    });
+    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|frame| (frame, receiver))
+    });
+    let body = StreamBody::new(frames).boxed();
+    let mut response = Response::new(body);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/event-stream"),
+    );
+    response
+}
+
+/// Sends the scripted stream; false when the client went away first.
+async fn send_stream(
+    sender: &mpsc::Sender<FrameResult>,
+    completion: &Completion,
+    behavior: &Behavior,
+) -> bool {
+    let interval = Duration::from_millis(behavior.chunk_interval_ms);
+    for i in 0..=completion.chunks {
+        if i > 0 && !interval.is_zero() {
+            tokio::select! {
+                _ = sender.closed() => return false,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+        if behavior.drop_after == Some(i) {
+            let _ = sender
+                .send(Err(std::io::Error::other("scripted drop")))
+                .await;
+            return true;
+        }
+        if behavior.stall_after == Some(i) {
+            sender.closed().await;
+            return false;
+        }
+        if i == completion.chunks {
+            break;
+        }
+        if sender
+            .send(Ok(Frame::data(completion.content_chunk(i))))
+            .await
+            .is_err()
+        {
+            return false;
+        }
+    }
+    let mut tail = Vec::new();
+    if behavior.malformed {
+        tail.push(Bytes::from_static(
+            b"data: {\"choices\": [{\"delta\": nope\n\n",
+        ));
+    }
+    tail.push(completion.chunk(json!({}), Some("stop")));
+    if completion.include_usage {
+        tail.push(completion.usage_chunk());
+    }
+    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    for frame in tail {
+        if sender.send(Ok(Frame::data(frame))).await.is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+fn error_body(status: u16) -> String {
+    let (kind, code) = match status {
+        401 => ("authentication_error", "invalid_api_key"),
+        404 => ("invalid_request_error", "model_not_found"),
+        429 => ("rate_limit_error", "rate_limit_exceeded"),
+        400..=499 => ("invalid_request_error", "invalid_request"),
+        _ => ("server_error", "server_error"),
+    };
+    json!({"error": {"message": format!("fake upstream answered {status}"), "type": kind, "param": null, "code": code}})
+        .to_string()
+}
+
+fn json_response(status: u16, body: &str) -> Response<FakeBody> {
+    raw_response(status, "application/json", Bytes::from(body.to_owned()))
+}
+
+fn raw_response(status: u16, content_type: &'static str, body: Bytes) -> Response<FakeBody> {
+    let body = Full::new(body)
+        .map_err(|never: Infallible| match never {})
+        .boxed();
+    let mut response = Response::new(body);
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
+}

@@ -1,0 +1,144 @@
+//! Provider keys: which secret to send to which provider, and which keys are benched.
+//!
+//! Today keys are seeded from `api_key_env` at start and held in memory; the encrypted store
+//! (rotation, rollback, several keys a provider) feeds this same ring.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::{Config, ProviderId};
+
+/// A provider secret. It never prints: `Debug` and `Display` show `***`.
+#[derive(Clone)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<Arc<str>>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it upstream.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// One usable key of a provider.
+#[derive(Clone, Debug)]
+pub struct KeyLease {
+    /// The key's id, safe to log.
+    pub id: Arc<str>,
+    pub secret: Secret,
+}
+
+struct ProviderKey {
+    lease: KeyLease,
+    benched_until: Option<Instant>,
+}
+
+/// Every provider's keys, with the benches that 401/403 answers put them on.
+#[derive(Default)]
+pub struct KeyRing {
+    // A sync mutex: held for a few instructions, never across an await.
+    providers: Mutex<HashMap<ProviderId, Vec<ProviderKey>>>,
+}
+
+impl KeyRing {
+    /// Seeds the ring from each provider's `api_key_env`, where the variable is set.
+    pub fn from_env(config: &Config) -> KeyRing {
+        let ring = KeyRing::default();
+        for provider in &config.providers {
+            let Some(var) = &provider.api_key_env else {
+                continue;
+            };
+            match std::env::var(var) {
+                Ok(value) if !value.is_empty() => ring.put(&provider.id, "env", Secret::new(value)),
+                _ => tracing::warn!(provider = %provider.id, env = %var, "api_key_env is not set"),
+            }
+        }
+        ring
+    }
+
+    /// Adds a key, or replaces the key of the same id.
+    pub fn put(&self, provider: &ProviderId, id: &str, secret: Secret) {
+        let mut providers = self.lock();
+        let keys = providers.entry(provider.clone()).or_default();
+        keys.retain(|k| &*k.lease.id != id);
+        keys.push(ProviderKey {
+            lease: KeyLease {
+                id: Arc::from(id),
+                secret,
+            },
+            benched_until: None,
+        });
+    }
+
+    /// The first key of the provider that is not benched and not in `tried`.
+    pub fn pick(&self, provider: &ProviderId, tried: &[Arc<str>]) -> Option<KeyLease> {
+        let now = Instant::now();
+        let providers = self.lock();
+        providers.get(provider)?.iter().find_map(|key| {
+            let benched = key.benched_until.is_some_and(|until| until > now);
+            let fresh = !tried.contains(&key.lease.id);
+            (!benched && fresh).then(|| key.lease.clone())
+        })
+    }
+
+    /// Keeps a key out of use for `cooldown`, after the provider refused it.
+    pub fn bench(&self, provider: &ProviderId, id: &str, cooldown: Duration) {
+        let mut providers = self.lock();
+        if let Some(key) = providers
+            .get_mut(provider)
+            .and_then(|keys| keys.iter_mut().find(|k| &*k.lease.id == id))
+        {
+            key.benched_until = Some(Instant::now() + cooldown);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ProviderId, Vec<ProviderKey>>> {
+        // A poisoned lock only means another request panicked mid-update of a plain map;
+        // the map is still consistent, so keep serving.
+        self.providers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider() -> ProviderId {
+        ProviderId(Arc::from("p"))
+    }
+
+    #[test]
+    fn secret_never_prints() {
+        let lease = KeyLease {
+            id: Arc::from("main"),
+            secret: Secret::new("sk-very-secret"),
+        };
+        assert!(!format!("{lease:?}").contains("sk-very-secret"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn benched_key_is_skipped_until_its_cooldown_ends() {
+        let ring = KeyRing::default();
+        ring.put(&provider(), "a", Secret::new("1"));
+        ring.put(&provider(), "b", Secret::new("2"));
+        ring.bench(&provider(), "a", Duration::from_secs(60));
+        assert_eq!(&*ring.pick(&provider(), &[]).unwrap().id, "b");
+        assert!(ring.pick(&provider(), &[Arc::from("b")]).is_none());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(&*ring.pick(&provider(), &[]).unwrap().id, "a");
+    }
+}

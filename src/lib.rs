@@ -1,0 +1,25 @@
+//! Switchyard: a self-hosted LLM gateway that turns provider failures into routing decisions.
+//!
+//! # Layout
+//! - [`config`]: the TOML file, parsed strictly and validated with field paths.
+//! - [`server`]: HTTP surface and lifecycle; checks each request, then hands it to the router.
+//! - [`router`]: resolves a route, runs the attempt loop over its chain, classifies failures.
+//! - [`providers`]: wire formats: encoding requests, decoding answers and event streams.
+//! - [`keys`]: provider secrets, and which keys are benched.
+//! - [`telemetry`]: one record per request, written off the hot path.
+//! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
+//! - [`demo`]: fake providers and a gateway in one process, for a first look.
+//! - [`check`]: `switchyard check`'s report of each route's chain and worst case.
+//!
+//! One request takes one path: `server` → `router` → `providers`, and exactly one
+//! [`telemetry::RequestRecord`] comes out of it.
+
+pub mod check;
+pub mod config;
+pub mod demo;
+pub mod fake;
+pub mod keys;
+pub mod providers;
+pub mod router;
+pub mod server;
+pub mod telemetry;

@@ -1,0 +1,166 @@
+//! The `switchyard` binary: a thin command line over the library.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use switchyard::config::{Config, ConfigError};
+use switchyard::fake::{FakeUpstream, Script};
+
+#[derive(Parser)]
+#[command(name = "switchyard", version, about = "A self-hosted LLM gateway")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+    },
+    /// Run fake providers and a gateway with a fallback chain, printing what to curl.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Validate a config; print each route's chain and worst-case latency budget.
+    Check {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+    },
+    /// Run the scriptable fake provider used by tests, the demo and benchmarks.
+    FakeUpstream {
+        #[arg(long, default_value = "127.0.0.1:9001")]
+        listen: SocketAddr,
+        /// The name the fake greets with.
+        #[arg(long, default_value = "fake")]
+        name: String,
+        /// A script as JSON (`{"behaviors":[{"status":500},{}],"mode":"cycle"}`), or @FILE.
+        #[arg(long)]
+        script: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve { config } => {
+            let config = load(&config)?;
+            let listener = tokio::net::TcpListener::bind(config.server.listen)
+                .await
+                .with_context(|| format!("cannot listen on {}", config.server.listen))?;
+            tracing::info!(addr = %listener.local_addr()?, "switchyard listening");
+            switchyard::server::run(listener, config, shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { listen } => {
+            let demo = switchyard::demo::start(listen).await?;
+            println!("{}", switchyard::demo::instructions(&demo.gateway.url()));
+            shutdown_signal().await;
+            demo.gateway.shutdown().await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { config } => match Config::load(&config) {
+            Ok(config) => {
+                print!("{}", switchyard::check::report(&config));
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(ConfigError::Invalid(errors)) => {
+                eprintln!("{} has {} error(s):", config.display(), errors.len());
+                for error in errors {
+                    eprintln!("  {error}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+            Err(e) => Err(e.into()),
+        },
+        Command::FakeUpstream {
+            listen,
+            name,
+            script,
+        } => {
+            let script = match script {
+                Some(script) => parse_script(&script)?,
+                None => Script::default(),
+            };
+            let fake = FakeUpstream::new(&name)
+                .script(script)
+                .start_on(listen)
+                .await?;
+            println!("fake upstream `{name}` on {}", fake.base_url());
+            shutdown_signal().await;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn load(path: &std::path::Path) -> anyhow::Result<Config> {
+    Config::load(path).with_context(|| format!("invalid config {}", path.display()))
+}
+
+fn parse_script(text: &str) -> anyhow::Result<Script> {
+    let json = match text.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?
+        }
+        None => text.to_owned(),
+    };
+    serde_json::from_str(&json).context("invalid --script")
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}

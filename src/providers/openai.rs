@@ -1,0 +1,174 @@
+//! The OpenAI chat completions format, spoken by OpenAI and every compatible server.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value};
+
+use super::Usage;
+use crate::config::Provider;
+use crate::keys::KeyLease;
+
+/// Builds `POST {base_url}/chat/completions` with bearer auth.
+pub fn chat_request(
+    client: &reqwest::Client,
+    provider: &Provider,
+    key: Option<&KeyLease>,
+    body: Bytes,
+    stream: bool,
+) -> reqwest::RequestBuilder {
+    let mut request = client
+        .post(format!("{}/chat/completions", provider.base_url))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if stream {
+        request = request.header(reqwest::header::ACCEPT, "text/event-stream");
+    }
+    if let Some(key) = key {
+        request = request.bearer_auth(key.secret.expose());
+    }
+    request
+}
+
+/// Writes the client's request with only `model` replaced, asking a stream for its usage.
+///
+/// Returns whether the client did not ask for the usage chunk itself, so the stream
+/// forwarder knows to strip it.
+pub fn encode_body(request: &mut Map<String, Value>, model: &str, stream: bool) -> (Bytes, bool) {
+    request.insert("model".into(), Value::String(model.to_owned()));
+    let mut strip_usage = false;
+    if stream {
+        let options = request
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(options) = options {
+            let asked = options.get("include_usage").and_then(Value::as_bool) == Some(true);
+            if !asked {
+                options.insert("include_usage".into(), Value::Bool(true));
+                strip_usage = true;
+            }
+        }
+    }
+    // Serializing a `Value` map cannot fail: every key is a string.
+    let body = serde_json::to_vec(request).unwrap_or_default();
+    (Bytes::from(body), strip_usage)
+}
+
+/// Just enough of a completion to check it parses and to read its usage.
+#[derive(Deserialize)]
+struct CompletionProbe {
+    #[allow(dead_code)]
+    choices: IgnoredAny,
+    usage: Option<Usage>,
+}
+
+/// Checks a non-streamed completion and reads its usage; `None` when it is not a completion.
+pub fn probe_completion(body: &[u8]) -> Option<Option<Usage>> {
+    serde_json::from_slice::<CompletionProbe>(body)
+        .ok()
+        .map(|c| c.usage)
+}
+
+/// What one streamed chunk says, as far as the gateway cares.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ChunkKind {
+    /// Content (or role, or finish reason): forward it.
+    Content,
+    /// The final usage-only chunk (`choices: []`).
+    UsageOnly(Usage),
+    /// The terminal `[DONE]` marker.
+    Done,
+    /// An error the upstream reported inside the stream.
+    Error,
+}
+
+#[derive(Deserialize)]
+struct ChunkProbe {
+    choices: Option<Vec<IgnoredAny>>,
+    usage: Option<Usage>,
+    error: Option<IgnoredAny>,
+}
+
+/// Reads one streamed event's data; `None` when it is not a valid chunk.
+pub fn probe_chunk(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
+    if data.trim() == "[DONE]" {
+        return Some((ChunkKind::Done, None));
+    }
+    let chunk: ChunkProbe = serde_json::from_str(data).ok()?;
+    if chunk.error.is_some() {
+        return Some((ChunkKind::Error, None));
+    }
+    match (chunk.choices, chunk.usage) {
+        (Some(choices), Some(usage)) if choices.is_empty() => {
+            Some((ChunkKind::UsageOnly(usage), Some(usage)))
+        }
+        (Some(_), usage) => Some((ChunkKind::Content, usage)),
+        (None, _) => None,
+    }
+}
+
+/// The error event a client of the OpenAI format understands (the SDK raises `APIError`).
+pub fn stream_error_event(message: &str, code: &str) -> Bytes {
+    let event = serde_json::json!({
+        "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
+    });
+    Bytes::from(format!("data: {event}\n\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewrites_only_the_model() {
+        let mut request: Map<String, Value> = serde_json::from_str(
+            r#"{"model":"smart","messages":[{"role":"user","content":"hi"}],"temperature":0.2,"x_custom":{"a":1}}"#,
+        )
+        .unwrap();
+        let (body, strip) = encode_body(&mut request, "gpt-4o", false);
+        let sent: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["model"], "gpt-4o");
+        assert_eq!(sent["temperature"], 0.2);
+        assert_eq!(sent["x_custom"]["a"], 1);
+        assert!(sent.get("stream_options").is_none());
+        assert!(!strip);
+    }
+
+    #[test]
+    fn streams_ask_for_usage_and_remember_to_strip_it() {
+        let mut request: Map<String, Value> =
+            serde_json::from_str(r#"{"model":"m","stream":true,"messages":[]}"#).unwrap();
+        let (body, strip) = encode_body(&mut request, "m", true);
+        let sent: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["stream_options"]["include_usage"], true);
+        assert!(strip);
+
+        let mut asked: Map<String, Value> = serde_json::from_str(
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
+        )
+        .unwrap();
+        assert!(!encode_body(&mut asked, "m", true).1);
+    }
+
+    #[test]
+    fn probes_chunks() {
+        let usage = Usage {
+            prompt_tokens: 3,
+            completion_tokens: 5,
+        };
+        assert_eq!(probe_chunk("[DONE]"), Some((ChunkKind::Done, None)));
+        assert_eq!(
+            probe_chunk(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#),
+            Some((ChunkKind::UsageOnly(usage), Some(usage)))
+        );
+        assert_eq!(
+            probe_chunk(r#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#),
+            Some((ChunkKind::Content, None))
+        );
+        assert_eq!(
+            probe_chunk(r#"{"error":{"message":"x"}}"#),
+            Some((ChunkKind::Error, None))
+        );
+        assert_eq!(probe_chunk("{not json"), None);
+    }
+}

@@ -1,0 +1,41 @@
+//! Routing: which chain a request takes, and the attempt loop that walks it.
+//!
+//! `chain` runs the loop, `classify` decides what each failure means, and `retry` computes
+//! the waits between attempts. The loop knows nothing of wire formats: an [`Attempter`] makes
+//! each attempt and reports it.
+
+pub mod chain;
+pub mod classify;
+pub mod retry;
+pub mod upstream;
+
+pub use chain::{Attempt, Attempter, ChainEnd, ChainRun, Failure, UpstreamReply, run_chain};
+pub use classify::{Action, FailureClass};
+
+use std::sync::Arc;
+
+use crate::config::{Config, ModelName, ProviderId, Route, RouteName, Step};
+
+/// Finds the route a client's `model` names: a configured route, or `provider/model` directly.
+pub fn resolve_route(config: &Config, routes: &[Arc<Route>], model: &str) -> Option<Arc<Route>> {
+    if let Some(route) = routes.iter().find(|r| r.name.as_str() == model) {
+        return Some(route.clone());
+    }
+    let (provider, upstream_model) = model.split_once('/')?;
+    let provider = config
+        .providers
+        .iter()
+        .find(|p| p.id.as_str() == provider)?;
+    if upstream_model.is_empty() {
+        return None;
+    }
+    Some(Arc::new(Route {
+        name: RouteName(Arc::from(model)),
+        steps: vec![Step {
+            provider: ProviderId(provider.id.0.clone()),
+            model: ModelName(Arc::from(upstream_model)),
+        }],
+        fallback_on_context_length: false,
+        degraded: None,
+    }))
+}

@@ -1,0 +1,193 @@
+//! Backoff between retries of one step: exponential with full jitter, and `retry-after`.
+
+use std::time::{Duration, SystemTime};
+
+/// Exponential backoff with full jitter: the n-th retry waits a uniform time in
+/// `[0, min(max, base * 2^n)]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+}
+
+/// Why a backoff could not be built.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BackoffError {
+    #[error("backoff base must be greater than zero")]
+    ZeroBase,
+    #[error("backoff max must not be less than its base")]
+    MaxBelowBase,
+}
+
+impl Backoff {
+    /// DESIGN.md's defaults: base 1 s, capped at 8 s.
+    pub const DEFAULT: Backoff = Backoff {
+        base: Duration::from_secs(1),
+        max: Duration::from_secs(8),
+    };
+
+    /// The longest any single wait can be.
+    pub fn max(&self) -> Duration {
+        self.max
+    }
+
+    /// Checks the bounds once, here, so every delay later is within them.
+    pub fn try_new(base: Duration, max: Duration) -> Result<Backoff, BackoffError> {
+        if base.is_zero() {
+            return Err(BackoffError::ZeroBase);
+        }
+        if max < base {
+            return Err(BackoffError::MaxBelowBase);
+        }
+        Ok(Backoff { base, max })
+    }
+
+    /// The largest wait before retry number `retry` (0 for the first retry).
+    pub fn ceiling(&self, retry: u32) -> Duration {
+        // 2^31 seconds already passes any sane cap, so clamp the shift to avoid overflow.
+        let factor = 1u32 << retry.min(31);
+        self.base.saturating_mul(factor).min(self.max)
+    }
+
+    /// The jittered wait before retry number `retry`; `unit` is a uniform draw in `[0, 1]`.
+    pub fn delay(&self, retry: u32, unit: f64) -> Duration {
+        self.ceiling(retry).mul_f64(unit.clamp(0.0, 1.0))
+    }
+
+    /// The wait before the next retry: the jittered backoff, but never less than what the
+    /// provider asked for. `None` when that wait would not end before the deadline, so the
+    /// chain should move on rather than sleep past it.
+    pub fn wait_before_retry(
+        &self,
+        retry: u32,
+        unit: f64,
+        retry_after: Option<Duration>,
+        remaining: Duration,
+    ) -> Option<Duration> {
+        let wait = self.delay(retry, unit).max(retry_after.unwrap_or_default());
+        (wait < remaining).then_some(wait)
+    }
+}
+
+/// Parses `retry-after`, as delta seconds or as an HTTP date, into a wait from `now`.
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    Some(date.duration_since(now).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn backoff() -> Backoff {
+        Backoff::try_new(Duration::from_secs(1), Duration::from_secs(8)).unwrap()
+    }
+
+    #[test]
+    fn rejects_bad_bounds() {
+        assert_eq!(
+            Backoff::try_new(Duration::ZERO, Duration::from_secs(1)),
+            Err(BackoffError::ZeroBase)
+        );
+        assert_eq!(
+            Backoff::try_new(Duration::from_secs(2), Duration::from_secs(1)),
+            Err(BackoffError::MaxBelowBase)
+        );
+    }
+
+    #[test]
+    fn ceiling_doubles_then_caps() {
+        let b = backoff();
+        let ceilings: Vec<u64> = (0..6).map(|n| b.ceiling(n).as_secs()).collect();
+        assert_eq!(ceilings, [1, 2, 4, 8, 8, 8]);
+    }
+
+    #[test]
+    fn retry_after_wins_over_a_shorter_backoff() {
+        let wait = backoff().wait_before_retry(
+            0,
+            0.1,
+            Some(Duration::from_secs(3)),
+            Duration::from_secs(60),
+        );
+        assert_eq!(wait, Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn no_wait_runs_past_the_deadline() {
+        let wait = backoff().wait_before_retry(
+            0,
+            0.0,
+            Some(Duration::from_secs(3600)),
+            Duration::from_secs(60),
+        );
+        assert_eq!(wait, None);
+    }
+
+    #[test]
+    fn parses_seconds_and_http_dates() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("1.5", now),
+            Some(Duration::from_millis(1500))
+        );
+        // 1445412480 is Wed, 21 Oct 2015 07:28:00 GMT.
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-1", now), None);
+    }
+
+    proptest! {
+        #[test]
+        fn every_delay_stays_within_zero_and_the_cap(
+            base_ms in 1u64..5_000,
+            extra_ms in 0u64..60_000,
+            retry in 0u32..64,
+            unit in 0.0f64..=1.0,
+        ) {
+            let b = Backoff::try_new(Duration::from_millis(base_ms), Duration::from_millis(base_ms + extra_ms)).unwrap();
+            let delay = b.delay(retry, unit);
+            prop_assert!(delay <= b.ceiling(retry));
+            prop_assert!(delay <= Duration::from_millis(base_ms + extra_ms));
+        }
+
+        #[test]
+        fn total_wait_never_passes_the_deadline(
+            deadline_ms in 1u64..120_000,
+            retry_afters in proptest::collection::vec(proptest::option::of(0u64..10_000), 1..10),
+            units in proptest::collection::vec(0.0f64..=1.0, 10),
+        ) {
+            let b = backoff();
+            let deadline = Duration::from_millis(deadline_ms);
+            let mut elapsed = Duration::ZERO;
+            for (retry, after) in retry_afters.iter().enumerate() {
+                let remaining = deadline.saturating_sub(elapsed);
+                let after = after.map(Duration::from_millis);
+                match b.wait_before_retry(retry as u32, units[retry], after, remaining) {
+                    Some(wait) => elapsed += wait,
+                    None => break,
+                }
+                prop_assert!(elapsed < deadline);
+            }
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The HTTP server: state, routes, and a graceful lifecycle.
+//!
+//! `run` takes its listener and its shutdown signal, so tests bind `127.0.0.1:0` and stop
+//! it when they like; `serve` is the binary's entry, with SIGTERM and Ctrl-C.
+
+mod chat;
+mod degraded;
+mod error;
+mod stream;
+
+pub use chat::FORCE_FALLBACK;
+pub use error::ApiError;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, Route};
+use crate::keys::KeyRing;
+use crate::telemetry::{Telemetry, TelemetryWriter};
+
+/// Everything a request needs; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+/// The state behind [`AppState`].
+pub struct Shared {
+    pub config: Config,
+    pub routes: Vec<Arc<Route>>,
+    pub client: reqwest::Client,
+    pub keys: KeyRing,
+    pub telemetry: Telemetry,
+    /// Set once shutdown begins, so `/readyz` tells load balancers to stop sending.
+    pub draining: AtomicBool,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("cannot listen: {0}")]
+    Listen(#[from] std::io::Error),
+}
+
+impl AppState {
+    /// Builds the state, starting the request-log writer.
+    pub fn new(config: Config) -> Result<(AppState, TelemetryWriter), StartError> {
+        // Installing twice (several gateways in one test process) is harmless; ignore that.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(1024)
+            .connect_timeout(config.retry.attempt_timeout)
+            .build()?;
+        let (telemetry, writer) = Telemetry::start();
+        let keys = KeyRing::from_env(&config);
+        let routes = config.routes.iter().cloned().map(Arc::new).collect();
+        let shared = Shared {
+            config,
+            routes,
+            client,
+            keys,
+            telemetry,
+            draining: AtomicBool::new(false),
+        };
+        Ok((AppState(Arc::new(shared)), writer))
+    }
+}
+
+/// The whole HTTP surface, for `run` and for tests that drive it directly.
+pub fn app(state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    Router::new()
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` resolves, then drains in-flight requests (streams included) and
+/// flushes the request log.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let (state, writer) = AppState::new(config)?;
+    serve_state(listener, state, writer, shutdown).await
+}
+
+async fn serve_state(
+    listener: TcpListener,
+    state: AppState,
+    writer: TelemetryWriter,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let draining_state = state.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining_state.draining.store(true, Ordering::SeqCst);
+        tracing::info!("shutting down: draining in-flight requests");
+    };
+    let result = axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    // Every connection is closed and the router dropped: the log's senders are gone.
+    writer.finish().await;
+    result.map_err(StartError::Listen)
+}
+
+/// A gateway running in this process, as tests and the demo use it.
+pub struct Gateway {
+    addr: SocketAddr,
+    telemetry: Telemetry,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), StartError>>,
+}
+
+impl Gateway {
+    /// Starts a gateway on `addr` (port 0 for any free port).
+    pub async fn start_on(config: Config, addr: SocketAddr) -> Result<Gateway, StartError> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let (state, writer) = AppState::new(config)?;
+        let telemetry = state.telemetry.clone();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(serve_state(listener, state, writer, shutdown));
+        Ok(Gateway {
+            addr,
+            telemetry,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Starts a gateway on an ephemeral loopback port.
+    pub async fn start(config: Config) -> Result<Gateway, StartError> {
+        Gateway::start_on(config, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The request log's sending side, to read recent records.
+    pub fn telemetry(&self) -> &Telemetry {
+        &self.telemetry
+    }
+
+    /// Begins a graceful shutdown and waits for it: in-flight requests finish first.
+    pub async fn shutdown(mut self) -> Result<(), StartError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(join) => Err(StartError::Listen(std::io::Error::other(join))),
+        }
+    }
+}
+
+async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+    let mut ids: Vec<String> = state.routes.iter().map(|r| r.name.to_string()).collect();
+    for route in &state.routes {
+        for step in &route.steps {
+            let direct = format!("{}/{}", step.provider, step.model);
+            if !ids.contains(&direct) {
+                ids.push(direct);
+            }
+        }
+    }
+    let data: Vec<_> = ids
+        .into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.draining.load(Ordering::SeqCst) {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response()
+    } else {
+        Json(json!({"status": "ready"})).into_response()
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(uri.path().to_owned())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}

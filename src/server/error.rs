@@ -1,0 +1,88 @@
+//! The one error type handlers return, answered in OpenAI's error shape.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// Every way the gateway itself refuses or fails a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("request body is larger than the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        param: Option<&'static str>,
+    },
+    #[error("the model `{0}` does not exist: it is neither a route nor provider/model")]
+    UnknownModel(String),
+    #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("all steps failed: {0}")]
+    AllStepsFailed(String),
+    #[error("no route matches {0}")]
+    NotFound(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+}
+
+impl ApiError {
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::InvalidJson(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownModel(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::AllStepsFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    /// A short stable name, for the error's `code`, logs and metric labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BodyTooLarge { .. } => "body_too_large",
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::InvalidRequest { .. } => "invalid_request",
+            ApiError::UnknownModel(_) => "model_not_found",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::AllStepsFailed(_) => "all_steps_failed",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+        }
+    }
+
+    fn error_type(&self) -> &'static str {
+        match self {
+            ApiError::Forbidden(_) => "permission_error",
+            ApiError::AllStepsFailed(_) => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    fn param(&self) -> Option<&'static str> {
+        match self {
+            ApiError::InvalidRequest { param, .. } => *param,
+            ApiError::UnknownModel(_) => Some("model"),
+            _ => None,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.error_type(),
+                "param": self.param(),
+                "code": self.kind(),
+            }
+        });
+        (self.status(), Json(body)).into_response()
+    }
+}

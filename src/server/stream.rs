@@ -1,0 +1,144 @@
+//! Forwarding a committed stream: event by event, never switching provider, and ending
+//! every failure with an error event instead of a silent truncation.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::timeout;
+
+use crate::providers::Usage;
+use crate::providers::openai::{self, ChunkKind};
+use crate::providers::sse::SseError;
+use crate::router::upstream::CommittedStream;
+use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
+
+/// Hands a committed stream to the client, finishing its record when it ends.
+pub struct StreamForwarder {
+    stream: CommittedStream,
+    first: Option<Bytes>,
+    guard: Option<RecordGuard>,
+    idle_timeout: Duration,
+}
+
+impl StreamForwarder {
+    /// Takes over the request's record: from now on the stream decides how it ends.
+    pub fn new(
+        mut stream: CommittedStream,
+        mut guard: RecordGuard,
+        idle_timeout: Duration,
+    ) -> StreamForwarder {
+        let first = stream.first.raw.clone();
+        let record = guard.record();
+        // Until the stream ends cleanly, a record sent (say, on disconnect) is a partial one.
+        record.partial = true;
+        add_usage(record, stream.first_usage.take());
+        StreamForwarder {
+            stream,
+            first: Some(first),
+            guard: Some(guard),
+            idle_timeout,
+        }
+    }
+
+    /// The response body: one frame an event.
+    pub fn into_body(self) -> axum::body::Body {
+        let frames = futures_util::stream::unfold(self, |mut forwarder| async move {
+            let frame = forwarder.next_frame().await?;
+            Some((Ok::<Bytes, Infallible>(frame), forwarder))
+        });
+        axum::body::Body::from_stream(frames)
+    }
+
+    async fn next_frame(&mut self) -> Option<Bytes> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        self.guard.as_ref()?;
+        loop {
+            let event = match timeout(self.idle_timeout, self.stream.reader.next_event()).await {
+                Err(_) => {
+                    return self.fail("stream_idle_timeout", "the upstream stalled mid-stream");
+                }
+                Ok(Err(SseError::Transport(_))) => {
+                    return self.fail(
+                        "connection_reset",
+                        "the upstream connection broke mid-stream",
+                    );
+                }
+                Ok(Err(_)) => {
+                    return self.fail("malformed_event", "the upstream sent a malformed event");
+                }
+                Ok(Ok(None)) => {
+                    return self.fail(
+                        "truncated",
+                        "the upstream stream ended without its end marker",
+                    );
+                }
+                Ok(Ok(Some(event))) => event,
+            };
+            if event.data.is_empty() {
+                // A keep-alive comment: pass it on, it keeps the client's connection warm too.
+                return Some(event.raw);
+            }
+            match openai::probe_chunk(&event.data) {
+                None => return self.fail("malformed_event", "the upstream sent a malformed event"),
+                Some((ChunkKind::Done, _)) => {
+                    self.update(|record| record.partial = false);
+                    self.finish();
+                    return Some(event.raw);
+                }
+                Some((ChunkKind::Error, _)) => {
+                    // The upstream's own error event, already in the client's format.
+                    self.update(|record| {
+                        record.outcome = Outcome::Error;
+                        record.error = Some("upstream_stream_error".into());
+                    });
+                    self.finish();
+                    return Some(event.raw);
+                }
+                Some((ChunkKind::UsageOnly(usage), _)) => {
+                    self.update(|record| add_usage(record, Some(usage)));
+                    if !self.stream.strip_usage {
+                        return Some(event.raw);
+                    }
+                }
+                Some((ChunkKind::Content, usage)) => {
+                    self.update(|record| add_usage(record, usage));
+                    return Some(event.raw);
+                }
+            }
+        }
+    }
+
+    /// Ends the stream with an error event in the client's format.
+    fn fail(&mut self, code: &str, message: &str) -> Option<Bytes> {
+        self.guard.as_ref()?;
+        self.update(|record| {
+            record.outcome = Outcome::Error;
+            record.partial = true;
+            record.error = Some(code.to_owned());
+        });
+        self.finish();
+        Some(openai::stream_error_event(message, code))
+    }
+
+    fn update(&mut self, change: impl FnOnce(&mut RequestRecord)) {
+        if let Some(guard) = self.guard.as_mut() {
+            change(guard.record());
+        }
+    }
+
+    fn finish(&mut self) {
+        if let Some(guard) = self.guard.take() {
+            guard.finish();
+        }
+    }
+}
+
+fn add_usage(record: &mut RequestRecord, usage: Option<Usage>) {
+    if let Some(usage) = usage {
+        record.tokens_in = Some(usage.prompt_tokens);
+        record.tokens_out = Some(usage.completion_tokens);
+    }
+}

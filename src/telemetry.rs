@@ -1,0 +1,285 @@
+//! What happened to each request: one [`RequestRecord`] per request, delivered exactly once.
+//!
+//! The handler builds a record as it goes; a [`RecordGuard`] sends it when the request ends,
+//! however it ends (answer, error, client disconnect mid-stream, panic). Records go through a
+//! bounded queue to a writer task, so the request path never waits on I/O; when the queue is
+//! full the record waits in a spawned task instead of being dropped.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::{ModelName, ProviderId, RouteName};
+use crate::router::FailureClass;
+
+/// How a request ended, from the client's point of view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Served by the chain's first step.
+    Success,
+    /// Served by a later step.
+    Fallback,
+    /// Every step failed; the route's canned answer was served.
+    Degraded,
+    /// The client got an error, or a stream that broke after it began.
+    Error,
+    /// Refused before routing: authentication or rate limits.
+    Rejected,
+}
+
+impl Outcome {
+    /// The name used in headers, logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Fallback => "fallback",
+            Outcome::Degraded => "degraded",
+            Outcome::Error => "error",
+            Outcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// One upstream attempt, or one step skipped without an attempt (`no_key`, `deadline`).
+#[derive(Clone, Debug)]
+pub struct AttemptRecord {
+    pub step: usize,
+    pub provider: ProviderId,
+    pub model: ModelName,
+    /// `None` when this attempt served the request.
+    pub failure: Option<FailureClass>,
+    pub status: Option<u16>,
+    pub latency: Duration,
+}
+
+impl AttemptRecord {
+    /// Whether a request actually went upstream (skipped steps are not attempts).
+    pub fn reached_upstream(&self) -> bool {
+        !matches!(
+            self.failure,
+            Some(FailureClass::NoKey | FailureClass::Deadline)
+        )
+    }
+}
+
+/// The request log's row.
+#[derive(Clone, Debug)]
+pub struct RequestRecord {
+    pub id: String,
+    pub started_at: SystemTime,
+    pub route: Option<RouteName>,
+    pub outcome: Outcome,
+    pub step: Option<usize>,
+    pub provider: Option<ProviderId>,
+    pub model: Option<ModelName>,
+    pub attempts: Vec<AttemptRecord>,
+    pub status: u16,
+    pub latency: Duration,
+    pub ttft: Option<Duration>,
+    pub overhead: Duration,
+    pub tokens_in: Option<u64>,
+    pub tokens_out: Option<u64>,
+    pub stream: bool,
+    pub partial: bool,
+    /// A short, secret-free reason when the outcome is an error.
+    pub error: Option<String>,
+}
+
+impl RequestRecord {
+    /// A fresh record for a request that just arrived.
+    pub fn new(id: String, stream: bool) -> RequestRecord {
+        RequestRecord {
+            id,
+            started_at: SystemTime::now(),
+            route: None,
+            outcome: Outcome::Error,
+            step: None,
+            provider: None,
+            model: None,
+            attempts: Vec::new(),
+            status: 0,
+            latency: Duration::ZERO,
+            ttft: None,
+            overhead: Duration::ZERO,
+            tokens_in: None,
+            tokens_out: None,
+            stream,
+            partial: false,
+            error: None,
+        }
+    }
+}
+
+/// Recent request records, kept in memory for tests and the operator's views.
+struct RecentLog {
+    rows: Mutex<VecDeque<RequestRecord>>,
+    written: watch::Sender<u64>,
+}
+
+const RECENT_ROWS: usize = 10_000;
+const QUEUE_DEPTH: usize = 4_096;
+
+/// The sending side of the request log; cheap to clone.
+#[derive(Clone)]
+pub struct Telemetry {
+    queue: mpsc::Sender<RequestRecord>,
+    log: Arc<RecentLog>,
+}
+
+/// The writer task; awaiting [`TelemetryWriter::finish`] after every sender is gone flushes it.
+pub struct TelemetryWriter(JoinHandle<()>);
+
+impl TelemetryWriter {
+    /// Waits until every queued record has been written.
+    pub async fn finish(self) {
+        // A panicked writer has nothing left to flush.
+        let _ = self.0.await;
+    }
+}
+
+impl Telemetry {
+    /// Starts the writer task.
+    pub fn start() -> (Telemetry, TelemetryWriter) {
+        let (queue, mut receiver) = mpsc::channel::<RequestRecord>(QUEUE_DEPTH);
+        let log = Arc::new(RecentLog {
+            rows: Mutex::new(VecDeque::new()),
+            written: watch::Sender::new(0),
+        });
+        let writer_log = log.clone();
+        let writer = tokio::spawn(async move {
+            let mut batch = Vec::with_capacity(64);
+            while receiver.recv_many(&mut batch, 64).await > 0 {
+                for record in batch.drain(..) {
+                    writer_log.append(record);
+                }
+            }
+        });
+        (Telemetry { queue, log }, TelemetryWriter(writer))
+    }
+
+    /// Queues one record. Never drops it: a full queue hands it to a task that waits.
+    pub fn record(&self, record: RequestRecord) {
+        match self.queue.try_send(record) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(record)) => {
+                let queue = self.queue.clone();
+                tokio::spawn(async move {
+                    let _ = queue.send(record).await;
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(record)) => {
+                tracing::error!(id = %record.id, "request log closed; record lost");
+            }
+        }
+    }
+
+    /// The most recent records, oldest first.
+    pub fn recent(&self) -> Vec<RequestRecord> {
+        self.log.lock().iter().cloned().collect()
+    }
+
+    /// Resolves once at least `count` records have been written since start.
+    pub async fn wait_for_rows(&self, count: u64) {
+        let mut written = self.log.written.subscribe();
+        // The sender lives as long as `self`, so this cannot fail while we wait.
+        let _ = written.wait_for(|n| *n >= count).await;
+    }
+
+    /// How many records have been written since start.
+    pub fn rows_written(&self) -> u64 {
+        *self.log.written.borrow()
+    }
+}
+
+impl RecentLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<RequestRecord>> {
+        // Poison only means a panic mid-push; the deque is still valid.
+        self.rows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn append(&self, record: RequestRecord) {
+        tracing::info!(
+            target: "switchyard::requests",
+            id = %record.id,
+            route = record.route.as_ref().map(|r| r.as_str()).unwrap_or("-"),
+            outcome = record.outcome.as_str(),
+            status = record.status,
+            step = record.step.map(|s| s as i64).unwrap_or(-1),
+            provider = record.provider.as_ref().map(|p| p.as_str()).unwrap_or("-"),
+            attempts = record.attempts.len(),
+            latency_ms = record.latency.as_secs_f64() * 1e3,
+            stream = record.stream,
+            partial = record.partial,
+            error = record.error.as_deref().unwrap_or(""),
+            "request"
+        );
+        let mut rows = self.lock();
+        if rows.len() == RECENT_ROWS {
+            rows.pop_front();
+        }
+        rows.push_back(record);
+        drop(rows);
+        self.written.send_modify(|n| *n += 1);
+    }
+}
+
+/// Sends its record exactly once: on [`RecordGuard::finish`], or when dropped unfinished
+/// (a client that went away, a panic), marked as such.
+pub struct RecordGuard {
+    record: Option<RequestRecord>,
+    telemetry: Telemetry,
+    started: tokio::time::Instant,
+}
+
+impl RecordGuard {
+    /// Starts the record of a request that just arrived.
+    pub fn new(telemetry: Telemetry, record: RequestRecord) -> RecordGuard {
+        RecordGuard {
+            record: Some(record),
+            telemetry,
+            started: tokio::time::Instant::now(),
+        }
+    }
+
+    /// When the request arrived.
+    pub fn started(&self) -> tokio::time::Instant {
+        self.started
+    }
+
+    /// The record being built. It is only taken by `finish` or `drop`, which consume the guard.
+    pub fn record(&mut self) -> &mut RequestRecord {
+        self.record
+            .get_or_insert_with(|| RequestRecord::new(String::new(), false))
+    }
+
+    /// Sends the record now.
+    pub fn finish(mut self) {
+        self.send();
+    }
+
+    fn send(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.latency = self.started.elapsed();
+            self.telemetry.record(record);
+        }
+    }
+}
+
+impl Drop for RecordGuard {
+    fn drop(&mut self) {
+        if let Some(record) = self.record.as_mut() {
+            // Dropped before `finish`: the client went away or the handler panicked.
+            record.outcome = Outcome::Error;
+            record
+                .error
+                .get_or_insert_with(|| "client_disconnected".into());
+            if record.status == 0 {
+                record.status = 499;
+            }
+        }
+        self.send();
+    }
+}
