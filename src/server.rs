@@ -137,7 +137,7 @@ async fn serve_state(
 /// A gateway running in this process, as tests and the demo use it.
 pub struct Gateway {
     addr: SocketAddr,
-    telemetry: Telemetry,
+    state: AppState,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), StartError>>,
 }
@@ -149,14 +149,13 @@ impl Gateway {
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (state, writer) = AppState::new(config)?;
-        let telemetry = state.telemetry.clone();
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(serve_state(listener, state, writer, shutdown));
+        let task = tokio::spawn(serve_state(listener, state.clone(), writer, shutdown));
         Ok(Gateway {
             addr,
-            telemetry,
+            state,
             stop: Some(stop),
             task,
         })
@@ -177,17 +176,28 @@ impl Gateway {
         format!("http://{}", self.addr)
     }
 
+    /// The provider keys it uses, to add or bench keys from a test or an embedding program.
+    pub fn keys(&self) -> &KeyRing {
+        &self.state.keys
+    }
+
     /// The request log's sending side, to read recent records.
     pub fn telemetry(&self) -> &Telemetry {
-        &self.telemetry
+        &self.state.telemetry
     }
 
     /// Begins a graceful shutdown and waits for it: in-flight requests finish first.
-    pub async fn shutdown(mut self) -> Result<(), StartError> {
-        if let Some(stop) = self.stop.take() {
+    pub async fn shutdown(self) -> Result<(), StartError> {
+        let Gateway {
+            state, stop, task, ..
+        } = self;
+        // Our handle on the state holds a sender of the request log; the writer only
+        // finishes its flush once every sender is gone.
+        drop(state);
+        if let Some(stop) = stop {
             let _ = stop.send(());
         }
-        match (&mut self.task).await {
+        match task.await {
             Ok(result) => result,
             Err(join) => Err(StartError::Listen(std::io::Error::other(join))),
         }

@@ -20,8 +20,11 @@ pub struct Behavior {
     pub content: Option<String>,
     /// How many content chunks a stream has; 3 when unset.
     pub chunks: Option<usize>,
-    /// The pause between stream chunks.
+    /// The pause between stream chunks; for a whole JSON answer, the body drips out in
+    /// `chunks` pieces this far apart.
     pub chunk_interval_ms: u64,
+    /// Stream: how long after the headers the first event comes.
+    pub first_event_delay_ms: u64,
     /// Stream: drop the connection after this many content chunks.
     pub drop_after: Option<usize>,
     /// Stream: stop sending, but keep the connection open, after this many content chunks.
@@ -74,6 +77,12 @@ impl Behavior {
     pub fn chunks(mut self, chunks: usize, interval_ms: u64) -> Behavior {
         self.chunks = Some(chunks);
         self.chunk_interval_ms = interval_ms;
+        self
+    }
+
+    /// Sends a stream's headers at once but its first event only after `delay` ms.
+    pub fn first_event_after(mut self, delay: u64) -> Behavior {
+        self.first_event_delay_ms = delay;
         self
     }
 

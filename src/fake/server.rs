@@ -269,6 +269,12 @@ async fn handle(
             "application/json",
             Bytes::from_static(b"{\"id\":\"chatcmpl-fake\",\"choices\":["),
         )
+    } else if behavior.chunk_interval_ms > 0 {
+        drip_response(
+            completion.whole().to_string(),
+            completion.chunks,
+            behavior.chunk_interval_ms,
+        )
     } else {
         json_response(200, &completion.whole().to_string())
     };
@@ -453,6 +459,12 @@ async fn send_stream(
     behavior: &Behavior,
 ) -> bool {
     let interval = Duration::from_millis(behavior.chunk_interval_ms);
+    if behavior.first_event_delay_ms > 0 {
+        tokio::select! {
+            _ = sender.closed() => return false,
+            _ = tokio::time::sleep(Duration::from_millis(behavior.first_event_delay_ms)) => {}
+        }
+    }
     for i in 0..=completion.chunks {
         if i > 0 && !interval.is_zero() {
             tokio::select! {
@@ -498,6 +510,33 @@ async fn send_stream(
         }
     }
     true
+}
+
+/// A whole JSON answer sent slowly, in `pieces` parts `interval_ms` apart.
+fn drip_response(body: String, pieces: usize, interval_ms: u64) -> Response<FakeBody> {
+    let (sender, receiver) = mpsc::channel::<FrameResult>(1);
+    tokio::spawn(async move {
+        let bytes = Bytes::from(body);
+        let size = bytes.len().div_ceil(pieces.max(1)).max(1);
+        for (i, start) in (0..bytes.len()).step_by(size).enumerate() {
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(interval_ms)).await;
+            }
+            let piece = bytes.slice(start..(start + size).min(bytes.len()));
+            if sender.send(Ok(Frame::data(piece))).await.is_err() {
+                return;
+            }
+        }
+    });
+    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|frame| (frame, receiver))
+    });
+    let mut response = Response::new(StreamBody::new(frames).boxed());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn error_body(status: u16) -> String {

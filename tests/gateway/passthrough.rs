@@ -1,0 +1,193 @@
+//! The foundation: passthrough of JSON and SSE, and the gateway's own error answers.
+
+use serde_json::{Value, json};
+use switchyard::fake::{Behavior, FakeUpstream};
+
+use super::support::*;
+
+#[tokio::test]
+async fn json_passthrough_rewrites_only_the_model() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().content("forty-two"))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "gpt-x")], "")
+    ))
+    .await;
+
+    let mut body = chat("smart");
+    body["temperature"] = json!(0.25);
+    body["x_vendor_field"] = json!({"keep": ["me"]});
+    let response = post(&gateway, &body).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-switchyard-step"), "0");
+    assert_eq!(header(&response, "x-switchyard-outcome"), "success");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(content(&answer), "forty-two");
+
+    let sent = fake.requests()[0].json();
+    assert_eq!(sent["model"], "gpt-x");
+    assert_eq!(sent["temperature"], 0.25);
+    assert_eq!(sent["x_vendor_field"], json!({"keep": ["me"]}));
+    assert_eq!(sent["messages"], body["messages"]);
+}
+
+#[tokio::test]
+async fn provider_slash_model_routes_directly() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&provider("up", &fake)).await;
+    let response = post(&gateway, &chat("up/org/model-7b")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(fake.requests()[0].json()["model"], "org/model-7b");
+}
+
+#[tokio::test]
+async fn sse_passthrough_forwards_each_event_and_the_end_marker() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().content("one two three four").chunks(4, 0))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "gpt-x")], "")
+    ))
+    .await;
+
+    let response = post(&gateway, &chat_stream("smart")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "content-type"), "text/event-stream");
+    assert_eq!(header(&response, "x-switchyard-provider"), "up");
+    let events = sse_data(&response.text().await.unwrap());
+    assert_eq!(streamed_text(&events), "one two three four");
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    // The gateway asked for usage, and stripped the usage chunk the client did not ask for.
+    assert!(
+        events.iter().all(|e| !e.contains("\"usage\":{")),
+        "{events:?}"
+    );
+    let sent = fake.requests()[0].json();
+    assert_eq!(sent["model"], "gpt-x");
+    assert_eq!(sent["stream_options"]["include_usage"], true);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_400_in_openai_shape() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&provider("up", &fake)).await;
+    let response = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .header("content-type", "application/json")
+        .body("{\"model\": \"up/m\", \"messages\": [")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert!(error_message(&body).contains("not valid JSON"), "{body}");
+    assert_eq!(fake.calls(), 0);
+}
+
+#[tokio::test]
+async fn missing_messages_is_a_400_naming_the_param() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&provider("up", &fake)).await;
+    let response = post(&gateway, &json!({"model": "up/m"})).await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["param"], "messages");
+}
+
+#[tokio::test]
+async fn unknown_model_is_a_404_in_openai_shape() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&provider("up", &fake)).await;
+    for model in ["no-such-route", "nobody/model"] {
+        let response = post(&gateway, &chat(model)).await;
+        assert_eq!(response.status(), 404, "{model}");
+        let body: Value = response.json().await.unwrap();
+        assert!(error_message(&body).contains(model));
+        assert_eq!(body["error"]["code"], "model_not_found");
+    }
+    assert_eq!(fake.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_413_in_openai_shape() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_body_bytes = 1024\n{}",
+        provider("up", &fake)
+    ))
+    .await;
+    let mut body = chat("up/m");
+    body["messages"][0]["content"] = json!("x".repeat(4096));
+    let response = post(&gateway, &body).await;
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert!(error_message(&body).contains("1024"), "{body}");
+    assert_eq!(fake.calls(), 0);
+}
+
+#[tokio::test]
+async fn every_refused_request_still_gets_one_log_row() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&provider("up", &fake)).await;
+    let response = post(&gateway, &chat("missing")).await;
+    let id = header(&response, "x-switchyard-request-id").to_owned();
+    assert!(!id.is_empty());
+    let row = record(&gateway, &id).await;
+    assert_eq!(row.status, 404);
+    assert_eq!(row.error.as_deref(), Some("model_not_found"));
+}
+
+#[tokio::test]
+async fn models_health_and_readiness_answer() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "gpt-x")], "")
+    ))
+    .await;
+    let models: Value = client()
+        .get(format!("{}/v1/models", gateway.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["smart", "up/gpt-x"]);
+    let health = client()
+        .get(format!("{}/healthz", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let ready = client()
+        .get(format!("{}/readyz", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let missing = client()
+        .get(format!("{}/v1/nothing", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: Value = missing.json().await.unwrap();
+    error_message(&body);
+}

@@ -1,0 +1,144 @@
+//! Shared setup: fakes, configs, a gateway and a client.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard::config::Config;
+use switchyard::fake::FakeHandle;
+use switchyard::server::Gateway;
+use switchyard::telemetry::RequestRecord;
+
+/// A provider block for a fake, with no key required.
+pub fn provider(name: &str, fake: &FakeHandle) -> String {
+    format!(
+        "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{}\"\nkey_required = false\n",
+        fake.base_url()
+    )
+}
+
+/// A route over `steps` of `(provider, model)`, followed by `extra` lines of its own.
+pub fn route(name: &str, steps: &[(&str, &str)], extra: &str) -> String {
+    let steps: Vec<String> = steps
+        .iter()
+        .map(|(p, m)| format!("{{ provider = \"{p}\", model = \"{m}\" }}"))
+        .collect();
+    format!(
+        "[[routes]]\nname = \"{name}\"\nsteps = [{}]\n{extra}\n",
+        steps.join(", ")
+    )
+}
+
+/// Quick retries, so tests of backoff do not wait for the production defaults.
+pub const FAST_RETRY: &str = "[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\nattempt_timeout = \"2s\"\nrequest_deadline = \"10s\"\n";
+
+/// Starts a gateway from config text.
+pub async fn gateway(config: &str) -> Gateway {
+    let config = Config::parse(config).unwrap_or_else(|e| panic!("bad test config: {e}\n{config}"));
+    Gateway::start(config).await.expect("gateway starts")
+}
+
+/// The standard two-step setup: route `r` = primary → secondary.
+pub async fn two_step(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
+    let config = format!(
+        "{}{}{}{}",
+        provider("primary", primary),
+        provider("secondary", secondary),
+        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
+        extra
+    );
+    gateway(&config).await
+}
+
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().build().expect("client builds")
+}
+
+pub fn chat(model: &str) -> Value {
+    json!({"model": model, "messages": [{"role": "user", "content": "Hello there"}]})
+}
+
+pub fn chat_stream(model: &str) -> Value {
+    json!({"model": model, "stream": true, "messages": [{"role": "user", "content": "Hello there"}]})
+}
+
+pub async fn post(gateway: &Gateway, body: &Value) -> reqwest::Response {
+    post_with(gateway, body, &[]).await
+}
+
+pub async fn post_with(
+    gateway: &Gateway,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let mut request = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request.send().await.expect("gateway answers")
+}
+
+/// A response header as a string ("" when absent).
+pub fn header<'a>(response: &'a reqwest::Response, name: &str) -> &'a str {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+/// The completion's text.
+pub fn content(body: &Value) -> &str {
+    body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or("")
+}
+
+/// The request's log row, once the writer has it.
+pub async fn record(gateway: &Gateway, id: &str) -> RequestRecord {
+    let telemetry = gateway.telemetry();
+    let wait = async {
+        loop {
+            if let Some(row) = telemetry.recent().into_iter().find(|r| r.id == id) {
+                return row;
+            }
+            telemetry.wait_for_rows(telemetry.rows_written() + 1).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait)
+        .await
+        .expect("the request is logged")
+}
+
+/// The data of each SSE event in a whole stream body.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter_map(|event| event.strip_prefix("data: "))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The concatenated content deltas of a stream.
+pub fn streamed_text(events: &[String]) -> String {
+    events
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+/// Asserts the body is an OpenAI-shaped error and returns its message.
+pub fn error_message(body: &Value) -> String {
+    let error = &body["error"];
+    assert!(error.is_object(), "not an OpenAI error: {body}");
+    for field in ["message", "type", "param", "code"] {
+        assert!(error.get(field).is_some(), "error lacks `{field}`: {body}");
+    }
+    error["message"].as_str().unwrap_or("").to_owned()
+}
