@@ -76,7 +76,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 .await
                 .with_context(|| format!("cannot listen on {}", config.server.listen))?;
             tracing::info!(addr = %listener.local_addr()?, "switchyard listening");
-            switchyard::server::run(listener, config, shutdown_signal()).await?;
+            let options = switchyard::server::StartOptions::from_env();
+            switchyard::server::run(listener, config, options, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { listen } => {
@@ -141,6 +142,7 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_target(false)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 

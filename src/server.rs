@@ -3,6 +3,7 @@
 //! `run` takes its listener and its shutdown signal, so tests bind `127.0.0.1:0` and stop
 //! it when they like; `serve` is the binary's entry, with SIGTERM and Ctrl-C.
 
+pub mod admin;
 mod chat;
 mod degraded;
 mod error;
@@ -29,7 +30,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Route};
-use crate::keys::KeyRing;
+use crate::keys::{KeyRing, Secret};
 use crate::telemetry::{Telemetry, TelemetryWriter};
 
 /// Everything a request needs; cheap to clone.
@@ -43,6 +44,8 @@ pub struct Shared {
     pub client: reqwest::Client,
     pub keys: KeyRing,
     pub telemetry: Telemetry,
+    /// The admin API's bearer token; `None` turns the admin API off.
+    pub admin_token: Option<Secret>,
     /// Set once shutdown begins, so `/readyz` tells load balancers to stop sending.
     pub draining: AtomicBool,
 }
@@ -64,9 +67,31 @@ pub enum StartError {
     Listen(#[from] std::io::Error),
 }
 
+/// What a gateway takes besides its config: things that come from the environment.
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    /// The admin API's bearer token (`SWITCHYARD_ADMIN_TOKEN`); `None` turns it off.
+    pub admin_token: Option<Secret>,
+}
+
+impl StartOptions {
+    /// Reads the options from the process environment, as `switchyard serve` does.
+    pub fn from_env() -> StartOptions {
+        StartOptions {
+            admin_token: std::env::var("SWITCHYARD_ADMIN_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty())
+                .map(Secret::new),
+        }
+    }
+}
+
 impl AppState {
     /// Builds the state, starting the request-log writer.
-    pub fn new(config: Config) -> Result<(AppState, TelemetryWriter), StartError> {
+    pub fn new(
+        config: Config,
+        options: StartOptions,
+    ) -> Result<(AppState, TelemetryWriter), StartError> {
         // Installing twice (several gateways in one test process) is harmless; ignore that.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
@@ -83,6 +108,7 @@ impl AppState {
             client,
             keys,
             telemetry,
+            admin_token: options.admin_token,
             draining: AtomicBool::new(false),
         };
         Ok((AppState(Arc::new(shared)), writer))
@@ -97,6 +123,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -108,9 +135,10 @@ pub fn app(state: AppState) -> Router {
 pub async fn run(
     listener: TcpListener,
     config: Config,
+    options: StartOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let (state, writer) = AppState::new(config)?;
+    let (state, writer) = AppState::new(config, options)?;
     serve_state(listener, state, writer, shutdown).await
 }
 
@@ -145,10 +173,19 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway on `addr` (port 0 for any free port).
     pub async fn start_on(config: Config, addr: SocketAddr) -> Result<Gateway, StartError> {
+        Gateway::start_with(config, addr, StartOptions::default()).await
+    }
+
+    /// Starts a gateway on `addr` with options such as an admin token.
+    pub async fn start_with(
+        config: Config,
+        addr: SocketAddr,
+        options: StartOptions,
+    ) -> Result<Gateway, StartError> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let (state, writer) = AppState::new(config)?;
+        let (state, writer) = AppState::new(config, options)?;
         let shutdown = async move {
             let _ = stopped.await;
         };
@@ -219,6 +256,18 @@ async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let body = state.telemetry.metrics.render();
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 async fn healthz() -> &'static str {

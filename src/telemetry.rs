@@ -5,6 +5,8 @@
 //! bounded queue to a writer task, so the request path never waits on I/O; when the queue is
 //! full the record waits in a spawned task instead of being dropped.
 
+pub mod metrics;
+
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -127,6 +129,8 @@ const QUEUE_DEPTH: usize = 4_096;
 pub struct Telemetry {
     queue: mpsc::Sender<RequestRecord>,
     log: Arc<RecentLog>,
+    /// Counted as records are written, so metrics and the log always agree.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 /// The writer task; awaiting [`TelemetryWriter::finish`] after every sender is gone flushes it.
@@ -148,16 +152,26 @@ impl Telemetry {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
         });
+        let metrics = Arc::new(metrics::Metrics::default());
         let writer_log = log.clone();
+        let writer_metrics = metrics.clone();
         let writer = tokio::spawn(async move {
             let mut batch = Vec::with_capacity(64);
             while receiver.recv_many(&mut batch, 64).await > 0 {
                 for record in batch.drain(..) {
+                    writer_metrics.observe(&record);
                     writer_log.append(record);
                 }
             }
         });
-        (Telemetry { queue, log }, TelemetryWriter(writer))
+        (
+            Telemetry {
+                queue,
+                log,
+                metrics,
+            },
+            TelemetryWriter(writer),
+        )
     }
 
     /// Queues one record. Never drops it: a full queue hands it to a task that waits.

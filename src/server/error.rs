@@ -20,6 +20,8 @@ pub enum ApiError {
     #[error("the model `{0}` does not exist: it is neither a route nor provider/model")]
     UnknownModel(String),
     #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("{0}")]
     Forbidden(&'static str),
     #[error("all steps failed: {0}")]
     AllStepsFailed(String),
@@ -36,6 +38,7 @@ impl ApiError {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::InvalidJson(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownModel(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::AllStepsFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -49,6 +52,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::InvalidRequest { .. } => "invalid_request",
             ApiError::UnknownModel(_) => "model_not_found",
+            ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::AllStepsFailed(_) => "all_steps_failed",
             ApiError::NotFound(_) => "not_found",
@@ -58,6 +62,7 @@ impl ApiError {
 
     fn error_type(&self) -> &'static str {
         match self {
+            ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
             ApiError::AllStepsFailed(_) => "api_error",
             _ => "invalid_request_error",
