@@ -103,6 +103,18 @@ pub struct LimitsConfig {
     pub backend: LimitBackend,
     pub redis_url: String,
     pub on_backend_error: FailMode,
+    /// Prefixes every Redis key, so several deployments (or tests) can share one Redis.
+    pub key_prefix: String,
+}
+
+/// How a per-minute limit counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Window {
+    /// Calendar minutes: the count resets at each minute's start.
+    #[default]
+    Fixed,
+    /// The last 60 seconds, whenever now is.
+    Sliding,
 }
 
 #[derive(Clone, Debug)]
@@ -111,6 +123,7 @@ pub struct Role {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
     pub max_concurrent: Option<u64>,
+    pub window: Window,
 }
 
 /// The wire format a provider speaks.

@@ -62,6 +62,9 @@ fn demo_config(primary: &FakeHandle, secondary: &FakeHandle, broken: &FakeHandle
 [auth]
 required = false
 
+[store]
+url = "sqlite::memory:"
+
 [debug]
 allow_force_fallback = true
 

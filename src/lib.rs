@@ -14,12 +14,15 @@
 //! One request takes one path: `server` → `router` → `providers`, and exactly one
 //! [`telemetry::RequestRecord`] comes out of it.
 
+pub mod auth;
 pub mod check;
 pub mod config;
 pub mod demo;
 pub mod fake;
 pub mod keys;
+pub mod limits;
 pub mod providers;
 pub mod router;
 pub mod server;
+pub mod store;
 pub mod telemetry;

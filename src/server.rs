@@ -4,12 +4,13 @@
 //! it when they like; `serve` is the binary's entry, with SIGTERM and Ctrl-C.
 
 pub mod admin;
+mod admission;
 mod chat;
 mod degraded;
 mod error;
 mod stream;
 
-pub use chat::FORCE_FALLBACK;
+pub use admission::FORCE_FALLBACK;
 pub use error::ApiError;
 
 use std::future::Future;
@@ -29,8 +30,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, Route};
+use crate::auth::Directory;
+use crate::config::{Config, FailMode, Route};
 use crate::keys::{KeyRing, Secret};
+use crate::limits::Limits;
+use crate::store::{Store, StoreError};
 use crate::telemetry::{Telemetry, TelemetryWriter};
 
 /// Everything a request needs; cheap to clone.
@@ -43,6 +47,10 @@ pub struct Shared {
     pub routes: Vec<Arc<Route>>,
     pub client: reqwest::Client,
     pub keys: KeyRing,
+    pub store: Store,
+    /// Every live virtual key, kept current from the store.
+    pub directory: Arc<Directory>,
+    pub limits: Limits,
     pub telemetry: Telemetry,
     /// The admin API's bearer token; `None` turns the admin API off.
     pub admin_token: Option<Secret>,
@@ -65,6 +73,10 @@ pub enum StartError {
     Client(#[from] reqwest::Error),
     #[error("cannot listen: {0}")]
     Listen(#[from] std::io::Error),
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("invalid [limits] redis_url: {0}")]
+    Redis(#[from] ::redis::RedisError),
 }
 
 /// What a gateway takes besides its config: things that come from the environment.
@@ -88,7 +100,7 @@ impl StartOptions {
 
 impl AppState {
     /// Builds the state, starting the request-log writer.
-    pub fn new(
+    pub async fn new(
         config: Config,
         options: StartOptions,
     ) -> Result<(AppState, TelemetryWriter), StartError> {
@@ -99,7 +111,15 @@ impl AppState {
             .pool_max_idle_per_host(1024)
             .connect_timeout(config.retry.attempt_timeout)
             .build()?;
+        let store = Store::open(&config.store.url).await?;
+        let directory = Directory::start(
+            store.clone(),
+            config.auth.required,
+            &config.auth.default_role,
+        )
+        .await?;
         let (telemetry, writer) = Telemetry::start();
+        let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let keys = KeyRing::from_env(&config);
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
         let shared = Shared {
@@ -107,6 +127,9 @@ impl AppState {
             routes,
             client,
             keys,
+            store,
+            directory,
+            limits,
             telemetry,
             admin_token: options.admin_token,
             draining: AtomicBool::new(false),
@@ -138,7 +161,7 @@ pub async fn run(
     options: StartOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let (state, writer) = AppState::new(config, options)?;
+    let (state, writer) = AppState::new(config, options).await?;
     serve_state(listener, state, writer, shutdown).await
 }
 
@@ -185,7 +208,7 @@ impl Gateway {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let (state, writer) = AppState::new(config, options)?;
+        let (state, writer) = AppState::new(config, options).await?;
         let shutdown = async move {
             let _ = stopped.await;
         };
@@ -216,6 +239,18 @@ impl Gateway {
     /// The provider keys it uses, to add or bench keys from a test or an embedding program.
     pub fn keys(&self) -> &KeyRing {
         &self.state.keys
+    }
+
+    /// The store it reads virtual keys (and more) from.
+    pub fn store(&self) -> &Store {
+        &self.state.store
+    }
+
+    /// Resolves once the gateway has loaded the store's current virtual keys.
+    pub async fn keys_current(&self) {
+        if let Ok(generation) = self.state.store.generation().await {
+            self.state.directory.wait_for_generation(generation).await;
+        }
     }
 
     /// The request log's sending side, to read recent records.
@@ -275,15 +310,34 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    if state.draining.load(Ordering::SeqCst) {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "draining"})),
-        )
-            .into_response()
+    let limits = &state.limits;
+    let limits_healthy = limits.healthy();
+    let failing_closed = !limits_healthy && limits.fail_mode() == FailMode::Closed;
+    let status = if state.draining.load(Ordering::SeqCst) {
+        "draining"
+    } else if !limits_healthy {
+        "degraded"
     } else {
-        Json(json!({"status": "ready"})).into_response()
-    }
+        "ready"
+    };
+    let body = Json(json!({
+        "status": status,
+        "limits": {
+            "backend": limits.backend_name(),
+            "healthy": limits_healthy,
+            "on_backend_error": match limits.fail_mode() {
+                FailMode::Open => "open",
+                FailMode::Closed => "closed",
+            },
+        },
+    }));
+    // Fail-closed limits refuse every request, so a load balancer should look elsewhere.
+    let code = if status == "draining" || failing_closed {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (code, body).into_response()
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {

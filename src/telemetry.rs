@@ -72,6 +72,9 @@ impl AttemptRecord {
 pub struct RequestRecord {
     pub id: String,
     pub started_at: SystemTime,
+    /// The virtual key's id (never the key), and its user.
+    pub key_id: Option<String>,
+    pub user: Option<String>,
     pub route: Option<RouteName>,
     pub outcome: Outcome,
     pub step: Option<usize>,
@@ -96,6 +99,8 @@ impl RequestRecord {
         RequestRecord {
             id,
             started_at: SystemTime::now(),
+            key_id: None,
+            user: None,
             route: None,
             outcome: Outcome::Error,
             step: None,

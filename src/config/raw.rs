@@ -56,6 +56,7 @@ pub struct RawLimits {
     pub backend: Option<String>,
     pub redis_url: Option<String>,
     pub on_backend_error: Option<String>,
+    pub key_prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,6 +66,7 @@ pub struct RawRole {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
     pub max_concurrent: Option<u64>,
+    pub window: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

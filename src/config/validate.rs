@@ -93,7 +93,19 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let roles = raw
         .roles
         .into_iter()
-        .map(|r| Role {
+        .enumerate()
+        .map(|(i, r)| Role {
+            window: match r.window.as_deref() {
+                None | Some("fixed") => Window::Fixed,
+                Some("sliding") => Window::Sliding,
+                Some(other) => {
+                    errors.add(
+                        format!("roles[{i}].window"),
+                        format!("`{other}` is not one of `fixed`, `sliding`"),
+                    );
+                    Window::Fixed
+                }
+            },
             name: r.name,
             requests_per_minute: r.requests_per_minute,
             tokens_per_minute: r.tokens_per_minute,
@@ -169,6 +181,7 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
             .redis_url
             .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
         on_backend_error,
+        key_prefix: raw.key_prefix.unwrap_or_else(|| "switchyard".into()),
     }
 }
 

@@ -11,21 +11,22 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::AppState;
+use super::admission;
 use super::degraded;
 use super::error::ApiError;
 use super::stream::StreamForwarder;
 use crate::config::Route;
+use crate::limits::Permit;
 use crate::router::chain::{ChainInputs, describe_failures};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, resolve_route, run_chain};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
-/// The request header that skips step 0, for operators demoing degraded paths.
-pub const FORCE_FALLBACK: &str = "x-switchyard-force-fallback";
-
 /// A request that passed every check and is ready to route.
 struct Prepared {
     route: Arc<Route>,
+    /// What the client asked for: a route name or `provider/model`.
+    model: String,
     request: Map<String, Value>,
     stream: bool,
     first_step: usize,
@@ -37,27 +38,41 @@ pub async fn chat_completions(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let id = uuid::Uuid::now_v7().to_string();
-    let mut guard = RecordGuard::new(state.telemetry.clone(), RequestRecord::new(id, false));
-    match prepare(&state, &headers, body) {
-        Ok(prepared) => {
-            let record = guard.record();
-            record.route = Some(prepared.route.name.clone());
-            record.stream = prepared.stream;
-            if prepared.stream {
-                route_stream(&state, prepared, guard).await
-            } else {
-                route_json(&state, prepared, guard).await
-            }
-        }
-        Err(error) => refuse(guard, error),
-    }
+    let mut guard = RecordGuard::new(
+        state.telemetry.clone(),
+        RequestRecord::new(id.clone(), false),
+    );
+    let caller = match admission::authenticate(&state, &headers, &mut guard) {
+        Ok(caller) => caller,
+        Err(error) => return refuse(guard, error),
+    };
+    // The body is checked before the limits are taken, so a malformed request costs no quota.
+    let mut prepared = match prepare(&state, body) {
+        Ok(prepared) => prepared,
+        Err(error) => return refuse(guard, error),
+    };
+    let record = guard.record();
+    record.route = Some(prepared.route.name.clone());
+    record.stream = prepared.stream;
+    prepared.first_step = match admission::authorize(&state, &caller, &prepared.model, &headers) {
+        Ok(first_step) => first_step,
+        Err(error) => return refuse(guard, error),
+    };
+    let permit = match admission::admit(&state, &caller, &id).await {
+        Ok(permit) => permit,
+        Err(error) => return refuse(guard, error),
+    };
+    let rate_headers = permit.headers;
+    let mut response = if prepared.stream {
+        route_stream(&state, prepared, guard, permit).await
+    } else {
+        route_json(&state, prepared, guard, permit).await
+    };
+    admission::add_rate_headers(&mut response, &rate_headers);
+    response
 }
 
-fn prepare(
-    state: &AppState,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Prepared, ApiError> {
+fn prepare(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Prepared, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
             limit: state.config.server.max_body_bytes,
@@ -93,24 +108,21 @@ fn prepare(
     };
     let route = resolve_route(&state.config, &state.routes, model)
         .ok_or_else(|| ApiError::UnknownModel(model.clone()))?;
-    let forced = headers
-        .get(FORCE_FALLBACK)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if forced && !state.config.debug.allow_force_fallback {
-        return Err(ApiError::Forbidden(
-            "x-switchyard-force-fallback needs a key with the debug permission, or [debug] allow_force_fallback = true",
-        ));
-    }
     Ok(Prepared {
         route,
+        model: model.clone(),
         request,
         stream,
-        first_step: usize::from(forced),
+        first_step: 0,
     })
 }
 
-async fn route_json(state: &AppState, prepared: Prepared, mut guard: RecordGuard) -> Response {
+async fn route_json(
+    state: &AppState,
+    prepared: Prepared,
+    mut guard: RecordGuard,
+    permit: Permit,
+) -> Response {
     let deadline = guard.started() + state.config.retry.request_deadline;
     let mut attempter = JsonAttempter {
         client: &state.client,
@@ -133,6 +145,7 @@ async fn route_json(state: &AppState, prepared: Prepared, mut guard: RecordGuard
             if let Some(usage) = output.usage {
                 record.tokens_in = Some(usage.prompt_tokens);
                 record.tokens_out = Some(usage.completion_tokens);
+                permit.charge_tokens(usage.prompt_tokens + usage.completion_tokens);
             }
             let outcome = if step == 0 {
                 Outcome::Success
@@ -150,7 +163,12 @@ async fn route_json(state: &AppState, prepared: Prepared, mut guard: RecordGuard
     finish(response, &prepared.route, &run, served, guard)
 }
 
-async fn route_stream(state: &AppState, prepared: Prepared, mut guard: RecordGuard) -> Response {
+async fn route_stream(
+    state: &AppState,
+    prepared: Prepared,
+    mut guard: RecordGuard,
+    permit: Permit,
+) -> Response {
     let deadline = guard.started() + state.config.retry.request_deadline;
     let client_asked_usage = prepared
         .request
@@ -193,8 +211,12 @@ async fn route_stream(state: &AppState, prepared: Prepared, mut guard: RecordGua
                 HeaderValue::from_static("text/event-stream"),
             );
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            let forwarder =
-                StreamForwarder::new(output, guard, state.config.retry.stream_idle_timeout);
+            let forwarder = StreamForwarder::new(
+                output,
+                guard,
+                permit,
+                state.config.retry.stream_idle_timeout,
+            );
             *response.body_mut() = forwarder.into_body();
             response
         }
@@ -328,6 +350,11 @@ fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
 /// Refuses a request before routing, with one log row like any other request.
 fn refuse(mut guard: RecordGuard, error: ApiError) -> Response {
     let kind = error.kind();
+    let outcome = if error.is_rejection() {
+        Outcome::Rejected
+    } else {
+        Outcome::Error
+    };
     let mut response = error.into_response();
     let record = guard.record();
     set(
@@ -336,7 +363,7 @@ fn refuse(mut guard: RecordGuard, error: ApiError) -> Response {
         &record.id,
     );
     record.status = response.status().as_u16();
-    record.outcome = Outcome::Error;
+    record.outcome = outcome;
     record.error = Some(kind.into());
     guard.finish();
     response

@@ -5,6 +5,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::limits::Refusal;
+
+/// Whole seconds to wait, rounded up: a client that waits this long will be admitted.
+fn retry_after_secs(refusal: &Refusal) -> u64 {
+    let wait = refusal.retry_after;
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
 /// Every way the gateway itself refuses or fails a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -23,6 +31,10 @@ pub enum ApiError {
     Unauthorized(&'static str),
     #[error("{0}")]
     Forbidden(&'static str),
+    #[error("rate limit reached: {} (retry after {}s)", .0.limit.as_str(), retry_after_secs(.0))]
+    RateLimited(Refusal),
+    #[error("the rate-limit backend is unavailable, and limits fail closed")]
+    LimitsUnavailable,
     #[error("all steps failed: {0}")]
     AllStepsFailed(String),
     #[error("no route matches {0}")]
@@ -40,9 +52,20 @@ impl ApiError {
             ApiError::UnknownModel(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::AllStepsFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
+    }
+
+    /// Whether the request was refused before routing, for who the caller is or their limits.
+    pub fn is_rejection(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Unauthorized(_) | ApiError::Forbidden(_) | ApiError::RateLimited(_)
+        )
     }
 
     /// A short stable name, for the error's `code`, logs and metric labels.
@@ -54,6 +77,8 @@ impl ApiError {
             ApiError::UnknownModel(_) => "model_not_found",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
+            ApiError::RateLimited(_) => "rate_limit_exceeded",
+            ApiError::LimitsUnavailable => "limits_unavailable",
             ApiError::AllStepsFailed(_) => "all_steps_failed",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -64,7 +89,8 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
-            ApiError::AllStepsFailed(_) => "api_error",
+            ApiError::RateLimited(_) => "rate_limit_error",
+            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable => "api_error",
             _ => "invalid_request_error",
         }
     }
@@ -88,6 +114,14 @@ impl IntoResponse for ApiError {
                 "code": self.kind(),
             }
         });
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let ApiError::RateLimited(refusal) = &self {
+            super::admission::add_rate_headers(&mut response, &refusal.headers);
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(retry_after_secs(refusal)),
+            );
+        }
+        response
     }
 }

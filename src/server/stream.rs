@@ -7,6 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::timeout;
 
+use crate::limits::Permit;
 use crate::providers::Usage;
 use crate::providers::openai::{self, ChunkKind};
 use crate::providers::sse::SseError;
@@ -17,6 +18,9 @@ use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 pub struct StreamForwarder {
     stream: CommittedStream,
     first: Option<Bytes>,
+    /// Held until the stream ends, so a concurrency slot is not freed mid-answer. Declared
+    /// before `guard` so that on a disconnect it is released before the record is sent.
+    permit: Option<Permit>,
     guard: Option<RecordGuard>,
     idle_timeout: Duration,
 }
@@ -26,6 +30,7 @@ impl StreamForwarder {
     pub fn new(
         mut stream: CommittedStream,
         mut guard: RecordGuard,
+        permit: Permit,
         idle_timeout: Duration,
     ) -> StreamForwarder {
         let first = stream.first.raw.clone();
@@ -36,6 +41,7 @@ impl StreamForwarder {
         StreamForwarder {
             stream,
             first: Some(first),
+            permit: Some(permit),
             guard: Some(guard),
             idle_timeout,
         }
@@ -130,7 +136,12 @@ impl StreamForwarder {
     }
 
     fn finish(&mut self) {
-        if let Some(guard) = self.guard.take() {
+        if let Some(mut guard) = self.guard.take() {
+            let record = guard.record();
+            let tokens = record.tokens_in.unwrap_or(0) + record.tokens_out.unwrap_or(0);
+            if let Some(permit) = self.permit.take() {
+                permit.charge_tokens(tokens);
+            }
             guard.finish();
         }
     }

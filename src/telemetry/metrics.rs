@@ -53,6 +53,8 @@ pub struct Metrics {
     /// 0 closed, 1 half-open, 2 open.
     pub breaker_state: Family<ProviderModel, Gauge>,
     pub ratelimited: Counter,
+    /// Admissions the limit backend could not decide (answered by `on_backend_error`).
+    pub limit_backend_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -68,6 +70,7 @@ impl Default for Metrics {
             tokens_out: Family::default(),
             breaker_state: Family::default(),
             ratelimited: Counter::default(),
+            limit_backend_errors: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(

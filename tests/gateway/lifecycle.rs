@@ -87,7 +87,7 @@ async fn sigterm_during_a_stream_lets_the_stream_complete() {
         .unwrap()
         .port();
     let config = write_config(&format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n{}{}",
+        "[server]\nlisten = \"127.0.0.1:{port}\"\n[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n{}{}",
         provider("up", &fake),
         route("r", &[("up", "m")], "")
     ));

@@ -82,6 +82,9 @@ listen = "127.0.0.1:{port}"
 [auth]
 required = false
 
+[store]
+url = "sqlite::memory:"
+
 [retry]
 backoff_base = "10ms"
 backoff_max = "50ms"

@@ -1,0 +1,282 @@
+//! Virtual keys: issuing them, and recognising callers by them on every request.
+//!
+//! The store keeps only each key's hash. A gateway holds every live key in memory (behind
+//! `ArcSwap`, so a lookup takes no lock) and reloads them when the store's generation moves,
+//! which a poller checks every 250 ms: a `vkeys revoke` from another process takes effect
+//! within that.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::http::HeaderMap;
+use axum::http::header::AUTHORIZATION;
+use base64::Engine;
+use tokio::sync::watch;
+
+use crate::store::sqlite::hash_key;
+use crate::store::{LimitOverrides, Store, StoreError, VirtualKey, now_ms};
+
+/// How often a gateway looks for key changes made elsewhere.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Who is calling, as far as routing and limits care.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// The virtual key used; `None` for an anonymous caller.
+    pub key: Option<Arc<VirtualKey>>,
+    /// Whose counters this request goes on.
+    pub user: Arc<str>,
+    pub role: Arc<str>,
+}
+
+impl Caller {
+    /// Whether the caller's key allows `model` (a route name or `provider/model`).
+    pub fn may_use(&self, model: &str) -> bool {
+        match self.key.as_ref().and_then(|k| k.models.as_ref()) {
+            Some(models) => models.iter().any(|m| m == model),
+            None => true,
+        }
+    }
+
+    /// Whether the caller's key has `permission`.
+    pub fn has_permission(&self, permission: &str) -> bool {
+        self.key
+            .as_ref()
+            .is_some_and(|k| k.has_permission(permission))
+    }
+
+    /// The key's own limits, over its role's.
+    pub fn overrides(&self) -> LimitOverrides {
+        self.key
+            .as_ref()
+            .map(|k| k.limits.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Why a caller was not let in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No key was sent and keys are required.
+    Missing,
+    /// The key is unknown or revoked.
+    Invalid,
+}
+
+/// Every live virtual key, by hash.
+pub struct Directory {
+    keys: ArcSwap<HashMap<String, Arc<VirtualKey>>>,
+    required: bool,
+    default_role: Arc<str>,
+    loaded: watch::Sender<i64>,
+}
+
+impl Directory {
+    /// Loads the live keys and starts the poller that keeps them current.
+    pub async fn start(
+        store: Store,
+        required: bool,
+        default_role: &str,
+    ) -> Result<Arc<Directory>, StoreError> {
+        let generation = store.generation().await?;
+        let directory = Arc::new(Directory {
+            keys: ArcSwap::from_pointee(HashMap::new()),
+            required,
+            default_role: Arc::from(default_role),
+            loaded: watch::Sender::new(generation),
+        });
+        directory.reload(&store, generation).await?;
+        tokio::spawn(poll(Arc::downgrade(&directory), store));
+        Ok(directory)
+    }
+
+    /// Resolves once the keys of store generation `generation` (or later) are loaded.
+    pub async fn wait_for_generation(&self, generation: i64) {
+        let mut loaded = self.loaded.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = loaded.wait_for(|g| *g >= generation).await;
+    }
+
+    async fn reload(&self, store: &Store, generation: i64) -> Result<(), StoreError> {
+        let live = store
+            .virtual_keys()
+            .await?
+            .into_iter()
+            .filter(|k| k.revoked_ms.is_none())
+            .map(|k| (k.hash.clone(), Arc::new(k)))
+            .collect();
+        self.keys.store(Arc::new(live));
+        self.loaded.send_replace(generation);
+        Ok(())
+    }
+
+    /// Recognises the caller from `Authorization: Bearer` or `x-api-key`.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthFailure> {
+        let offered = credential(headers);
+        let key = offered.and_then(|key| self.keys.load().get(&hash_key(key)).cloned());
+        match (key, offered) {
+            (Some(key), _) => Ok(Caller {
+                user: Arc::from(key.user.as_str()),
+                role: Arc::from(key.role.as_str()),
+                key: Some(key),
+            }),
+            // SDKs always send some key, so without required auth an unknown one is ignored.
+            (None, _) if !self.required => Ok(Caller {
+                key: None,
+                user: Arc::from("anonymous"),
+                role: self.default_role.clone(),
+            }),
+            (None, None) => Err(AuthFailure::Missing),
+            (None, Some(_)) => Err(AuthFailure::Invalid),
+        }
+    }
+}
+
+async fn poll(directory: Weak<Directory>, store: Store) {
+    let mut seen = match directory.upgrade() {
+        Some(directory) => *directory.loaded.borrow(),
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(POLL).await;
+        // The gateway is gone once nothing else holds the directory.
+        let Some(directory) = directory.upgrade() else {
+            return;
+        };
+        match store.generation().await {
+            Ok(generation) if generation != seen => {
+                match directory.reload(&store, generation).await {
+                    Ok(()) => seen = generation,
+                    Err(e) => tracing::warn!(error = %e, "cannot reload virtual keys"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot check the store for key changes"),
+        }
+    }
+}
+
+fn credential(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    bearer.or(api_key).map(str::trim).filter(|k| !k.is_empty())
+}
+
+/// A key just issued: the key itself, shown once, and what the store keeps.
+pub struct IssuedKey {
+    pub key: String,
+    pub record: VirtualKey,
+}
+
+/// What a new virtual key is for.
+pub struct KeyRequest {
+    pub user: String,
+    pub role: String,
+    pub permissions: Vec<String>,
+    pub models: Option<Vec<String>>,
+    pub limits: LimitOverrides,
+}
+
+/// Makes a new key: `sy-` and 32 random bytes in base64url (43 characters).
+pub fn issue(request: KeyRequest) -> Result<IssuedKey, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    let key = format!(
+        "sy-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    );
+    let record = VirtualKey {
+        id: uuid::Uuid::now_v7().to_string(),
+        hash: hash_key(&key),
+        prefix: key.chars().take(11).collect(),
+        user: request.user,
+        role: request.role,
+        permissions: request.permissions,
+        models: request.models,
+        limits: request.limits,
+        created_ms: now_ms(),
+        revoked_ms: None,
+    };
+    Ok(IssuedKey { key, record })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> KeyRequest {
+        KeyRequest {
+            user: "ana".into(),
+            role: "ae".into(),
+            permissions: vec![],
+            models: Some(vec!["smart".into()]),
+            limits: LimitOverrides::default(),
+        }
+    }
+
+    #[test]
+    fn issued_keys_are_long_random_and_only_hashed() {
+        let a = issue(request()).unwrap();
+        let b = issue(request()).unwrap();
+        assert!(a.key.starts_with("sy-"));
+        assert_eq!(a.key.len(), 3 + 43);
+        assert_ne!(a.key, b.key);
+        assert_eq!(a.record.hash, hash_key(&a.key));
+        assert!(!a.record.hash.contains(&a.key[3..]));
+    }
+
+    #[tokio::test]
+    async fn required_auth_refuses_missing_unknown_and_revoked_keys() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let issued = issue(request()).unwrap();
+        store
+            .insert_virtual_key(issued.record.clone())
+            .await
+            .unwrap();
+        let directory = Directory::start(store.clone(), true, "default")
+            .await
+            .unwrap();
+
+        let mut headers = HeaderMap::new();
+        assert_eq!(
+            directory.authenticate(&headers).unwrap_err(),
+            AuthFailure::Missing
+        );
+        headers.insert("x-api-key", "sy-nope".parse().unwrap());
+        assert_eq!(
+            directory.authenticate(&headers).unwrap_err(),
+            AuthFailure::Invalid
+        );
+        headers.insert(
+            AUTHORIZATION,
+            format!("Bearer {}", issued.key).parse().unwrap(),
+        );
+        let caller = directory.authenticate(&headers).unwrap();
+        assert_eq!(&*caller.user, "ana");
+        assert!(caller.may_use("smart") && !caller.may_use("other"));
+
+        store.revoke_virtual_key(&issued.key).await.unwrap();
+        directory
+            .wait_for_generation(store.generation().await.unwrap())
+            .await;
+        assert_eq!(
+            directory.authenticate(&headers).unwrap_err(),
+            AuthFailure::Invalid
+        );
+    }
+
+    #[tokio::test]
+    async fn optional_auth_ignores_unknown_keys() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let directory = Directory::start(store, false, "guest").await.unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, "Bearer sk-whatever".parse().unwrap());
+        let caller = directory.authenticate(&headers).unwrap();
+        assert_eq!((&*caller.user, &*caller.role), ("anonymous", "guest"));
+    }
+}

@@ -1,0 +1,82 @@
+//! Who may send a request, and whether their limits let it in: the checks every API
+//! endpoint makes before routing.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::Response;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::auth::{AuthFailure, Caller};
+use crate::limits::{Decision, Permit, RateHeaders};
+use crate::telemetry::RecordGuard;
+
+/// The request header that skips step 0, for operators demoing degraded paths.
+pub const FORCE_FALLBACK: &str = "x-switchyard-force-fallback";
+
+/// Recognises the caller and notes them in the request's record.
+pub fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    guard: &mut RecordGuard,
+) -> Result<Caller, ApiError> {
+    let caller = state
+        .directory
+        .authenticate(headers)
+        .map_err(|failure| match failure {
+            AuthFailure::Missing => {
+                ApiError::Unauthorized("a virtual key is required: send Authorization: Bearer sy-…")
+            }
+            AuthFailure::Invalid => ApiError::Unauthorized("the virtual key is unknown or revoked"),
+        })?;
+    let record = guard.record();
+    record.user = Some(caller.user.to_string());
+    record.key_id = caller.key.as_ref().map(|k| k.id.clone());
+    Ok(caller)
+}
+
+/// Whether the caller may use `model` and, if asked, skip step 0. Returns the first step.
+pub fn authorize(
+    state: &AppState,
+    caller: &Caller,
+    model: &str,
+    headers: &HeaderMap,
+) -> Result<usize, ApiError> {
+    if !caller.may_use(model) {
+        return Err(ApiError::Forbidden(
+            "this virtual key may not use that model",
+        ));
+    }
+    let forced = headers
+        .get(FORCE_FALLBACK)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if forced && !state.config.debug.allow_force_fallback && !caller.has_permission("debug") {
+        return Err(ApiError::Forbidden(
+            "x-switchyard-force-fallback needs a key with the debug permission, or [debug] allow_force_fallback = true",
+        ));
+    }
+    Ok(usize::from(forced))
+}
+
+/// Takes the caller's limits: a permit to hold for the request's whole life, or a refusal.
+pub async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    request_id: &str,
+) -> Result<Permit, ApiError> {
+    match state.limits.admit(caller, request_id).await {
+        Ok(Decision::Admit(permit)) => Ok(permit),
+        Ok(Decision::Refuse(refusal)) => Err(ApiError::RateLimited(refusal)),
+        Err(_) => Err(ApiError::LimitsUnavailable),
+    }
+}
+
+/// Adds the `x-ratelimit-*` headers.
+pub fn add_rate_headers(response: &mut Response, headers: &RateHeaders) {
+    let map = response.headers_mut();
+    for (name, value) in headers.pairs() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            map.insert(HeaderName::from_static(name), value);
+        }
+    }
+}

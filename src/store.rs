@@ -1,0 +1,115 @@
+//! Durable state: virtual keys (and, as they land, provider keys and the request log).
+//!
+//! `Store` is an enum over backends so that PostgreSQL slots in beside SQLite without
+//! trait objects; each method is async, and the SQLite backend runs its queries on the
+//! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
+
+pub mod sqlite;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use sqlite::SqliteStore;
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("unsupported store url `{0}`: use sqlite://PATH or sqlite::memory:")]
+    UnsupportedUrl(String),
+    #[error("store error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("store task failed: {0}")]
+    Task(String),
+}
+
+/// Limits a virtual key sets for itself, over its role's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub max_concurrent: Option<u64>,
+}
+
+/// A virtual key as stored: never the key itself, only its hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VirtualKey {
+    pub id: String,
+    /// Hex SHA-256 of the whole key.
+    pub hash: String,
+    /// The key's first characters, to recognise it in a list.
+    pub prefix: String,
+    pub user: String,
+    pub role: String,
+    pub permissions: Vec<String>,
+    /// The models (routes or provider/model) it may use; `None` for all.
+    pub models: Option<Vec<String>>,
+    pub limits: LimitOverrides,
+    pub created_ms: i64,
+    pub revoked_ms: Option<i64>,
+}
+
+impl VirtualKey {
+    /// Whether the key carries a permission such as `debug`.
+    pub fn has_permission(&self, permission: &str) -> bool {
+        self.permissions.iter().any(|p| p == permission)
+    }
+
+    /// The key as `vkeys list` shows it.
+    pub fn masked(&self) -> String {
+        format!("{}…", self.prefix)
+    }
+}
+
+/// The store, whichever backend holds it.
+#[derive(Clone)]
+pub enum Store {
+    Sqlite(SqliteStore),
+}
+
+impl Store {
+    /// Opens (and migrates) the store a config's `[store] url` names.
+    pub async fn open(url: &str) -> Result<Store, StoreError> {
+        if url == "sqlite::memory:" {
+            return Ok(Store::Sqlite(SqliteStore::open_memory().await?));
+        }
+        match url.strip_prefix("sqlite://") {
+            Some(path) if !path.is_empty() => Ok(Store::Sqlite(SqliteStore::open(path).await?)),
+            _ => Err(StoreError::UnsupportedUrl(url.to_owned())),
+        }
+    }
+
+    /// Adds a virtual key.
+    pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(store) => store.insert_virtual_key(key).await,
+        }
+    }
+
+    /// Every virtual key, revoked ones included.
+    pub async fn virtual_keys(&self) -> Result<Vec<VirtualKey>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.virtual_keys().await,
+        }
+    }
+
+    /// Revokes a key given whole (`sy-…`) or by id; false when no live key matched.
+    pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.revoke_virtual_key(key_or_id).await,
+        }
+    }
+
+    /// A number that changes whenever anything in the store changes, from any process.
+    pub async fn generation(&self) -> Result<i64, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.generation().await,
+        }
+    }
+}
+
+/// Milliseconds since the epoch, how the store keeps time.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

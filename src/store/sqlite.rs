@@ -1,0 +1,278 @@
+//! The embedded store: one SQLite file, migrated on open.
+
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+
+use super::{LimitOverrides, StoreError, VirtualKey, now_ms};
+
+/// Each entry moves the schema one version on; `PRAGMA user_version` records how far.
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+     INSERT INTO meta (key, value) VALUES ('generation', 0);
+     CREATE TABLE virtual_keys (
+         id TEXT PRIMARY KEY,
+         hash TEXT NOT NULL UNIQUE,
+         prefix TEXT NOT NULL,
+         user TEXT NOT NULL,
+         role TEXT NOT NULL,
+         permissions TEXT NOT NULL,
+         models TEXT,
+         requests_per_minute INTEGER,
+         tokens_per_minute INTEGER,
+         max_concurrent INTEGER,
+         created_ms INTEGER NOT NULL,
+         revoked_ms INTEGER
+     );",
+];
+
+/// SQLite behind one connection: the single writer.
+#[derive(Clone)]
+pub struct SqliteStore {
+    // A sync mutex: every use is inside `spawn_blocking`, never across an await.
+    connection: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens the file at `path`, creating and migrating it as needed.
+    pub async fn open(path: &str) -> Result<SqliteStore, StoreError> {
+        let path = path.to_owned();
+        let connection = blocking(move || {
+            let connection = Connection::open(&path)?;
+            // WAL lets the CLI write while a gateway reads; the busy timeout rides out the
+            // moments they collide instead of failing.
+            connection.pragma_update(None, "journal_mode", "WAL")?;
+            connection.busy_timeout(std::time::Duration::from_secs(5))?;
+            Ok(connection)
+        })
+        .await?;
+        SqliteStore::migrated(connection).await
+    }
+
+    /// An in-memory store, for the demo and tests.
+    pub async fn open_memory() -> Result<SqliteStore, StoreError> {
+        let connection = blocking(|| Ok(Connection::open_in_memory()?)).await?;
+        SqliteStore::migrated(connection).await
+    }
+
+    async fn migrated(connection: Connection) -> Result<SqliteStore, StoreError> {
+        let store = SqliteStore {
+            connection: Arc::new(Mutex::new(connection)),
+        };
+        store
+            .with(|connection| {
+                let version: i64 =
+                    connection.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                for (index, migration) in
+                    MIGRATIONS.iter().enumerate().skip(version.max(0) as usize)
+                {
+                    let tx = connection.transaction()?;
+                    tx.execute_batch(migration)?;
+                    tx.pragma_update(None, "user_version", index as i64 + 1)?;
+                    tx.commit()?;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(store)
+    }
+
+    /// Runs `work` on the blocking pool with the connection.
+    async fn with<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let connection = self.connection.clone();
+        blocking(move || {
+            // A poisoned lock means a panic mid-query; SQLite rolled that transaction back.
+            let mut connection = connection.lock().unwrap_or_else(|e| e.into_inner());
+            work(&mut connection)
+        })
+        .await
+    }
+
+    pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
+        self.with(move |connection| {
+            let tx = connection.transaction()?;
+            tx.execute(
+                "INSERT INTO virtual_keys (id, hash, prefix, user, role, permissions, models,
+                     requests_per_minute, tokens_per_minute, max_concurrent, created_ms, revoked_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                params![
+                    key.id,
+                    key.hash,
+                    key.prefix,
+                    key.user,
+                    key.role,
+                    key.permissions.join(","),
+                    key.models.as_ref().map(|m| m.join(",")),
+                    key.limits.requests_per_minute.map(|v| v as i64),
+                    key.limits.tokens_per_minute.map(|v| v as i64),
+                    key.limits.max_concurrent.map(|v| v as i64),
+                    key.created_ms,
+                    key.revoked_ms,
+                ],
+            )?;
+            bump_generation(&tx)?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn virtual_keys(&self) -> Result<Vec<VirtualKey>, StoreError> {
+        self.with(|connection| {
+            let mut statement = connection.prepare(
+                "SELECT id, hash, prefix, user, role, permissions, models, requests_per_minute,
+                        tokens_per_minute, max_concurrent, created_ms, revoked_ms
+                 FROM virtual_keys ORDER BY created_ms, id",
+            )?;
+            let rows = statement.query_map([], |row| {
+                let permissions: String = row.get(5)?;
+                let models: Option<String> = row.get(6)?;
+                let limit = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(|v| v as u64));
+                Ok(VirtualKey {
+                    id: row.get(0)?,
+                    hash: row.get(1)?,
+                    prefix: row.get(2)?,
+                    user: row.get(3)?,
+                    role: row.get(4)?,
+                    permissions: split_list(&permissions),
+                    models: models.as_deref().map(split_list),
+                    limits: LimitOverrides {
+                        requests_per_minute: limit(7)?,
+                        tokens_per_minute: limit(8)?,
+                        max_concurrent: limit(9)?,
+                    },
+                    created_ms: row.get(10)?,
+                    revoked_ms: row.get(11)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
+        let (column, value) = if key_or_id.starts_with("sy-") {
+            ("hash", hash_key(key_or_id))
+        } else {
+            ("id", key_or_id.to_owned())
+        };
+        self.with(move |connection| {
+            let tx = connection.transaction()?;
+            let sql = format!(
+                "UPDATE virtual_keys SET revoked_ms = ?1 WHERE {column} = ?2 AND revoked_ms IS NULL"
+            );
+            let changed = tx.execute(&sql, params![now_ms(), value])?;
+            if changed > 0 {
+                bump_generation(&tx)?;
+            }
+            tx.commit()?;
+            Ok(changed > 0)
+        })
+        .await
+    }
+
+    pub async fn generation(&self) -> Result<i64, StoreError> {
+        self.with(|connection| {
+            let value = connection
+                .query_row("SELECT value FROM meta WHERE key = 'generation'", [], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+            Ok(value.unwrap_or(0))
+        })
+        .await
+    }
+}
+
+/// Hex SHA-256 of a whole virtual key: what the store keeps instead of the key.
+pub fn hash_key(key: &str) -> String {
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn bump_generation(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE meta SET value = value + 1 WHERE key = 'generation'",
+        [],
+    )?;
+    Ok(())
+}
+
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| StoreError::Task(e.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str, secret: &str) -> VirtualKey {
+        VirtualKey {
+            id: id.into(),
+            hash: hash_key(secret),
+            prefix: secret[..9].into(),
+            user: "ana".into(),
+            role: "ae".into(),
+            permissions: vec!["debug".into()],
+            models: Some(vec!["smart".into(), "groq/llama".into()]),
+            limits: LimitOverrides {
+                requests_per_minute: Some(5),
+                ..LimitOverrides::default()
+            },
+            created_ms: 1,
+            revoked_ms: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn keys_round_trip_and_revocation_bumps_the_generation() {
+        let store = SqliteStore::open_memory().await.unwrap();
+        let secret = "sy-abcdefghijklmnop";
+        store.insert_virtual_key(key("k1", secret)).await.unwrap();
+        let keys = store.virtual_keys().await.unwrap();
+        assert_eq!(keys, vec![key("k1", secret)]);
+        let before = store.generation().await.unwrap();
+        assert!(store.revoke_virtual_key(secret).await.unwrap());
+        assert!(
+            !store.revoke_virtual_key(secret).await.unwrap(),
+            "already revoked"
+        );
+        assert!(store.generation().await.unwrap() > before);
+        assert!(store.virtual_keys().await.unwrap()[0].revoked_ms.is_some());
+    }
+
+    #[tokio::test]
+    async fn reopening_a_file_keeps_its_data() {
+        let path =
+            std::env::temp_dir().join(format!("switchyard-store-{}.db", uuid::Uuid::now_v7()));
+        let path = path.to_string_lossy().into_owned();
+        let store = SqliteStore::open(&path).await.unwrap();
+        store
+            .insert_virtual_key(key("k1", "sy-0123456789abcdef"))
+            .await
+            .unwrap();
+        drop(store);
+        let again = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(again.virtual_keys().await.unwrap().len(), 1);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+    }
+}
