@@ -25,11 +25,14 @@ struct UserWindow {
     in_flight: u64,
 }
 
+/// Each user's counters, behind their own lock.
+type UserMap = HashMap<Arc<str>, Arc<Mutex<UserWindow>>>;
+
 /// Counters for every user, in this process.
 #[derive(Clone)]
 pub struct MemoryLimiter {
     // The outer lock is held only to find or add a user; each user's counts have their own.
-    users: Arc<Mutex<HashMap<Arc<str>, Arc<Mutex<UserWindow>>>>>,
+    users: Arc<Mutex<UserMap>>,
     /// Fixed windows count minutes from here.
     epoch: Instant,
 }
