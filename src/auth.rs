@@ -205,6 +205,40 @@ pub fn issue(request: KeyRequest) -> Result<IssuedKey, getrandom::Error> {
     Ok(IssuedKey { key, record })
 }
 
+/// `vkeys list`: one key a line, masked, with its user, role and state.
+pub fn table(keys: &[VirtualKey]) -> String {
+    let mut out = format!(
+        "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {}\n",
+        "ID", "KEY", "USER", "ROLE", "PERMISSIONS", "MODELS", "CREATED", "STATE"
+    );
+    for key in keys {
+        let state = if key.revoked_ms.is_some() {
+            "revoked"
+        } else {
+            "active"
+        };
+        out.push_str(&format!(
+            "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {state}\n",
+            key.id,
+            key.masked(),
+            key.user,
+            key.role,
+            key.permissions.join(","),
+            key.models
+                .as_ref()
+                .map(|m| m.join(","))
+                .unwrap_or_else(|| "*".into()),
+            date(key.created_ms),
+        ));
+    }
+    out
+}
+
+fn date(ms: i64) -> String {
+    let time = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    httpdate::fmt_http_date(time)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,6 +33,11 @@ enum Command {
         #[arg(long, default_value = "switchyard.toml")]
         config: PathBuf,
     },
+    /// Manage virtual keys: create, list, revoke.
+    Vkeys {
+        #[command(subcommand)]
+        command: VkeysCommand,
+    },
     /// Run the scriptable fake provider used by tests, the demo and benchmarks.
     FakeUpstream {
         #[arg(long, default_value = "127.0.0.1:9001")]
@@ -43,6 +48,45 @@ enum Command {
         /// A script as JSON (`{"behaviors":[{"status":500},{}],"mode":"cycle"}`), or @FILE.
         #[arg(long)]
         script: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum VkeysCommand {
+    /// Create a key and print it once; only its hash is stored.
+    Create {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        role: String,
+        /// A permission such as `debug` (repeatable).
+        #[arg(long = "permission")]
+        permissions: Vec<String>,
+        /// The models (routes or provider/model) it may use, comma-separated; all if unset.
+        #[arg(long, value_delimiter = ',')]
+        models: Option<Vec<String>>,
+        /// Overrides the role's requests per minute.
+        #[arg(long)]
+        requests_per_minute: Option<u64>,
+        /// Overrides the role's tokens per minute.
+        #[arg(long)]
+        tokens_per_minute: Option<u64>,
+        /// Overrides the role's concurrent requests.
+        #[arg(long)]
+        max_concurrent: Option<u64>,
+    },
+    /// List keys, masked.
+    List {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+    },
+    /// Revoke a key, given whole or by its id; a running gateway stops accepting it within 1 s.
+    Revoke {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+        key: String,
     },
 }
 
@@ -101,6 +145,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
             Err(e) => Err(e.into()),
         },
+        Command::Vkeys { command } => vkeys(command).await,
         Command::FakeUpstream {
             listen,
             name,
@@ -119,6 +164,58 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
+    use switchyard::auth::{KeyRequest, issue, table};
+    use switchyard::store::{LimitOverrides, Store};
+    match command {
+        VkeysCommand::Create {
+            config,
+            user,
+            role,
+            permissions,
+            models,
+            requests_per_minute,
+            tokens_per_minute,
+            max_concurrent,
+        } => {
+            let config = load(&config)?;
+            if role != config.auth.default_role && !config.roles.iter().any(|r| r.name == role) {
+                anyhow::bail!("role `{role}` is not defined in [[roles]]");
+            }
+            let store = Store::open(&config.store.url).await?;
+            let issued = issue(KeyRequest {
+                user,
+                role,
+                permissions,
+                models,
+                limits: LimitOverrides {
+                    requests_per_minute,
+                    tokens_per_minute,
+                    max_concurrent,
+                },
+            })?;
+            store.insert_virtual_key(issued.record.clone()).await?;
+            eprintln!(
+                "created key {} for user {}; it is shown only this once:",
+                issued.record.id, issued.record.user
+            );
+            println!("{}", issued.key);
+        }
+        VkeysCommand::List { config } => {
+            let store = Store::open(&load(&config)?.store.url).await?;
+            print!("{}", table(&store.virtual_keys().await?));
+        }
+        VkeysCommand::Revoke { config, key } => {
+            let store = Store::open(&load(&config)?.store.url).await?;
+            if !store.revoke_virtual_key(&key).await? {
+                anyhow::bail!("no live key matches");
+            }
+            eprintln!("revoked");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn load(path: &std::path::Path) -> anyhow::Result<Config> {

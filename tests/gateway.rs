@@ -2,10 +2,12 @@
 //! test scripts for itself, over real HTTP.
 
 mod gateway {
+    pub mod services;
     pub mod support;
 
     mod fallback;
     mod lifecycle;
+    mod limits;
     mod passthrough;
     mod streaming;
 }

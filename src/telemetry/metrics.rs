@@ -118,6 +118,11 @@ impl Default for Metrics {
             "Requests refused by rate limits",
             metrics.ratelimited.clone(),
         );
+        registry.register(
+            "switchyard_limit_backend_errors",
+            "Admissions the rate-limit backend could not decide",
+            metrics.limit_backend_errors.clone(),
+        );
         Metrics {
             registry,
             ..metrics

@@ -1,0 +1,487 @@
+//! Virtual keys and exact per-user limits, in memory and in a real Redis.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::future::join_all;
+use serde_json::Value;
+use switchyard::auth::{KeyRequest, issue};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::server::Gateway;
+use switchyard::store::{LimitOverrides, Store};
+
+use super::services;
+use super::support::*;
+
+const ROLES: &str = "[[roles]]\nname = \"ae\"\nrequests_per_minute = 20\n";
+
+/// Issues a key straight into a store, returning the key itself.
+async fn key_in(
+    store: &Store,
+    user: &str,
+    role: &str,
+    permissions: &[&str],
+    models: Option<&[&str]>,
+) -> String {
+    let issued = issue(KeyRequest {
+        user: user.into(),
+        role: role.into(),
+        permissions: permissions.iter().map(|p| p.to_string()).collect(),
+        models: models.map(|m| m.iter().map(|s| s.to_string()).collect()),
+        limits: LimitOverrides::default(),
+    })
+    .unwrap();
+    store.insert_virtual_key(issued.record).await.unwrap();
+    issued.key
+}
+
+async fn key(gateway: &Gateway, user: &str) -> String {
+    let key = key_in(gateway.store(), user, "ae", &[], None).await;
+    gateway.keys_current().await;
+    key
+}
+
+async fn send(
+    client: &reqwest::Client,
+    gateway: &Gateway,
+    key: &str,
+    model: &str,
+) -> reqwest::Response {
+    client
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .bearer_auth(key)
+        .json(&chat(model))
+        .send()
+        .await
+        .unwrap()
+}
+
+fn limited_config(fake: &FakeHandle, extra: &str) -> String {
+    format!(
+        "[auth]\nrequired = true\n{ROLES}{}{}{extra}",
+        provider("up", fake),
+        route("smart", &[("up", "m")], "")
+    )
+}
+
+/// Sends 25 requests at once with `key`, spread over `gateways`; counts the 200s and 429s.
+async fn burst(client: &reqwest::Client, gateways: &[&Gateway], key: &str) -> (usize, usize) {
+    let requests = (0..25).map(|i| send(client, gateways[i % gateways.len()], key, "smart"));
+    let statuses: Vec<u16> = join_all(requests)
+        .await
+        .iter()
+        .map(|r| r.status().as_u16())
+        .collect();
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(ok + limited, 25, "{statuses:?}");
+    (ok, limited)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_test_exactly_20_of_25_concurrent_requests_50_times() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&limited_config(&fake, "")).await;
+    let client = client();
+    for round in 0..50 {
+        let key = key(&gateway, &format!("user-{round}")).await;
+        assert_eq!(
+            burst(&client, &[&gateway], &key).await,
+            (20, 5),
+            "round {round}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&limited_config(&fake, "")).await;
+    let client = client();
+    let key = key(&gateway, "ana").await;
+    let first = send(&client, &gateway, &key, "smart").await;
+    assert_eq!(header(&first, "x-ratelimit-limit-requests"), "20");
+    assert_eq!(header(&first, "x-ratelimit-remaining-requests"), "19");
+    assert!(!header(&first, "x-ratelimit-reset-requests").is_empty());
+    for _ in 0..19 {
+        assert_eq!(send(&client, &gateway, &key, "smart").await.status(), 200);
+    }
+    let refused = send(&client, &gateway, &key, "smart").await;
+    assert_eq!(refused.status(), 429);
+    let retry_after: u64 = header(&refused, "retry-after").parse().unwrap();
+    assert!((1..=60).contains(&retry_after));
+    assert_eq!(header(&refused, "x-ratelimit-remaining-requests"), "0");
+    let id = header(&refused, "x-switchyard-request-id").to_owned();
+    let body: Value = refused.json().await.unwrap();
+    assert!(error_message(&body).contains("requests per minute"));
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    let row = record(&gateway, &id).await;
+    assert_eq!(row.outcome.as_str(), "rejected");
+    assert_eq!(row.user.as_deref(), Some("ana"));
+    assert_eq!(fake.calls(), 20);
+}
+
+#[tokio::test]
+async fn another_user_is_unaffected() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&limited_config(&fake, "")).await;
+    let client = client();
+    let (ana, bo) = (key(&gateway, "ana").await, key(&gateway, "bo").await);
+    assert_eq!(burst(&client, &[&gateway], &ana).await, (20, 5));
+    assert_eq!(send(&client, &gateway, &bo, "smart").await.status(), 200);
+}
+
+#[tokio::test]
+async fn tokens_per_minute_refuse_once_the_answers_used_them() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().content("one two three four five"))
+        .start()
+        .await
+        .unwrap();
+    let roles = "[[roles]]\nname = \"ae\"\ntokens_per_minute = 10\n";
+    let config = format!(
+        "[auth]\nrequired = true\n{roles}{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "m")], "")
+    );
+    let gateway = gateway(&config).await;
+    let client = client();
+    let key = key(&gateway, "ana").await;
+    // Each answer uses 5 completion tokens plus its prompt's.
+    let first = send(&client, &gateway, &key, "smart").await;
+    assert_eq!(header(&first, "x-ratelimit-limit-tokens"), "10");
+    record(&gateway, header(&first, "x-switchyard-request-id")).await;
+    let second = send(&client, &gateway, &key, "smart").await;
+    record(&gateway, header(&second, "x-switchyard-request-id")).await;
+    let third = send(&client, &gateway, &key, "smart").await;
+    assert_eq!(third.status(), 429);
+    let body: Value = third.json().await.unwrap();
+    assert!(error_message(&body).contains("tokens per minute"));
+}
+
+#[tokio::test]
+async fn keys_are_checked_by_bearer_or_x_api_key() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&limited_config(&fake, "")).await;
+    let client = client();
+    let url = format!("{}/v1/chat/completions", gateway.url());
+
+    let missing = client.post(&url).json(&chat("smart")).send().await.unwrap();
+    assert_eq!(missing.status(), 401);
+    let missing_id = header(&missing, "x-switchyard-request-id").to_owned();
+    error_message(&missing.json().await.unwrap());
+    assert_eq!(
+        record(&gateway, &missing_id).await.outcome.as_str(),
+        "rejected"
+    );
+
+    let unknown = send(&client, &gateway, "sy-not-a-real-key", "smart").await;
+    assert_eq!(unknown.status(), 401);
+
+    let key = key(&gateway, "ana").await;
+    let by_header = client
+        .post(&url)
+        .header("x-api-key", &key)
+        .json(&chat("smart"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_header.status(), 200);
+    assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_key_may_use_only_its_models_and_forced_fallback_needs_debug() {
+    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let config = format!(
+        "[auth]\nrequired = true\n{ROLES}{}{}{}{}",
+        provider("primary", &primary),
+        provider("secondary", &secondary),
+        route("smart", &[("primary", "m"), ("secondary", "m")], ""),
+        route("other", &[("primary", "m")], ""),
+    );
+    let gateway = gateway(&config).await;
+    let client = client();
+    let narrow = key_in(gateway.store(), "ana", "ae", &[], Some(&["smart"])).await;
+    let debug = key_in(gateway.store(), "ops", "ae", &["debug"], None).await;
+    gateway.keys_current().await;
+
+    assert_eq!(
+        send(&client, &gateway, &narrow, "smart").await.status(),
+        200
+    );
+    let other = send(&client, &gateway, &narrow, "other").await;
+    assert_eq!(other.status(), 403);
+    error_message(&other.json().await.unwrap());
+
+    let forced = |key: String| {
+        client
+            .post(format!("{}/v1/chat/completions", gateway.url()))
+            .bearer_auth(key)
+            .header("x-switchyard-force-fallback", "true")
+            .json(&chat("smart"))
+            .send()
+    };
+    assert_eq!(forced(narrow.clone()).await.unwrap().status(), 403);
+    let allowed = forced(debug).await.unwrap();
+    assert_eq!(allowed.status(), 200);
+    assert_eq!(header(&allowed, "x-switchyard-step"), "1");
+}
+
+#[tokio::test]
+async fn a_revoked_key_stops_working_on_a_running_gateway_within_a_second() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let path = std::env::temp_dir().join(format!("switchyard-revoke-{}.db", uuid::Uuid::now_v7()));
+    let store_url = format!("sqlite://{}", path.display());
+    let config = limited_config(&fake, &format!("[store]\nurl = \"{store_url}\"\n"));
+    let gateway = gateway(&config).await;
+    let client = client();
+    let key = key(&gateway, "ana").await;
+    assert_eq!(send(&client, &gateway, &key, "smart").await.status(), 200);
+
+    // Revoke from another process, as an operator would, through the CLI.
+    let config_path =
+        std::env::temp_dir().join(format!("switchyard-revoke-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(&config_path, &config).unwrap();
+    let revoked = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["vkeys", "revoke", "--config"])
+        .arg(&config_path)
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(revoked.success());
+    tokio::time::timeout(Duration::from_secs(1), gateway.keys_current())
+        .await
+        .expect("the gateway sees the revocation within 1 s");
+    assert_eq!(send(&client, &gateway, &key, "smart").await.status(), 401);
+    for file in [config_path.clone(), path.clone()] {
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+#[tokio::test]
+async fn max_concurrent_is_released_when_a_client_disconnects() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(100, 50))
+        .start()
+        .await
+        .unwrap();
+    let roles = "[[roles]]\nname = \"ae\"\nmax_concurrent = 1\n";
+    let config = format!(
+        "[auth]\nrequired = true\n{roles}{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "m")], "")
+    );
+    let gateway = gateway(&config).await;
+    let client = client();
+    let key = key(&gateway, "ana").await;
+    let stream = client
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .bearer_auth(&key)
+        .json(&chat_stream("smart"))
+        .send()
+        .await
+        .unwrap();
+    let id = header(&stream, "x-switchyard-request-id").to_owned();
+    let mut body = stream.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    let busy = send(&client, &gateway, &key, "smart").await;
+    assert_eq!(busy.status(), 429, "one stream is in flight");
+    drop(body);
+    // The permit is released before the record is written, so the row means the slot is free.
+    record(&gateway, &id).await;
+    assert_eq!(send(&client, &gateway, &key, "smart").await.status(), 200);
+}
+
+mod redis {
+    //! Against the real Redis at 127.0.0.1:6379, and one the test starts and stops.
+    use super::*;
+
+    fn redis_config(
+        fake: &FakeHandle,
+        prefix: &str,
+        url: &str,
+        fail: &str,
+        window: &str,
+    ) -> String {
+        format!(
+            "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
+             [limits]\nbackend = \"redis\"\nredis_url = \"{url}\"\non_backend_error = \"{fail}\"\nkey_prefix = \"{prefix}\"\n\
+             [[roles]]\nname = \"ae\"\nrequests_per_minute = 20\nwindow = \"{window}\"\n{}{}",
+            provider("up", fake),
+            route("smart", &[("up", "m")], "")
+        )
+    }
+
+    fn prefix() -> String {
+        format!("switchyard-test-{}", uuid::Uuid::now_v7())
+    }
+
+    /// Redis's own clock, in minutes: a fixed window's boundary is where this changes.
+    async fn redis_minute() -> u64 {
+        let client = ::redis::Client::open("redis://127.0.0.1:6379").unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        seconds / 60
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn three_instances_admit_exactly_20_of_25_fifty_times() {
+        if !services::redis_reachable("three_instances_admit_exactly_20_of_25_fifty_times") {
+            return;
+        }
+        let fake = FakeUpstream::new("up").start().await.unwrap();
+        let client = client();
+        let mut evaluated = 0;
+        for round in 0..50 {
+            // A fresh prefix a round gives each round fresh counters; the window is the
+            // default fixed one, on Redis's clock.
+            let config = redis_config(
+                &fake,
+                &prefix(),
+                "redis://127.0.0.1:6379",
+                "closed",
+                "fixed",
+            );
+            let gateways = [
+                gateway(&config).await,
+                gateway(&config).await,
+                gateway(&config).await,
+            ];
+            let refs: Vec<&Gateway> = gateways.iter().collect();
+            let before = redis_minute().await;
+            let (ok, limited) = burst(&client, &refs, "sy-anonymous").await;
+            // A burst that straddles a minute boundary may rightly admit more; skip judging it.
+            if redis_minute().await == before {
+                assert_eq!((ok, limited), (20, 5), "round {round}");
+                evaluated += 1;
+            }
+        }
+        assert!(
+            evaluated >= 45,
+            "only {evaluated} rounds fell inside one minute"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_sliding_window_is_exact_across_instances_too() {
+        if !services::redis_reachable("a_sliding_window_is_exact_across_instances_too") {
+            return;
+        }
+        let fake = FakeUpstream::new("up").start().await.unwrap();
+        let config = redis_config(
+            &fake,
+            &prefix(),
+            "redis://127.0.0.1:6379",
+            "closed",
+            "sliding",
+        );
+        let gateways = [
+            gateway(&config).await,
+            gateway(&config).await,
+            gateway(&config).await,
+        ];
+        let refs: Vec<&Gateway> = gateways.iter().collect();
+        assert_eq!(burst(&client(), &refs, "sy-anonymous").await, (20, 5));
+    }
+
+    #[tokio::test]
+    async fn a_closed_port_fails_closed_or_open_as_configured() {
+        let fake = FakeUpstream::new("up").start().await.unwrap();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let url = format!("redis://{closed}");
+        let client = client();
+
+        let strict = gateway(&redis_config(&fake, &prefix(), &url, "closed", "fixed")).await;
+        let refused = send(&client, &strict, "k", "smart").await;
+        assert_eq!(refused.status(), 503);
+        assert!(error_message(&refused.json().await.unwrap()).contains("rate-limit backend"));
+        let ready = client
+            .get(format!("{}/readyz", strict.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ready.status(), 503);
+        let ready: Value = ready.json().await.unwrap();
+        assert_eq!(ready["status"], "degraded");
+
+        let lenient = gateway(&redis_config(&fake, &prefix(), &url, "open", "fixed")).await;
+        assert_eq!(send(&client, &lenient, "k", "smart").await.status(), 200);
+        let ready: Value = client
+            .get(format!("{}/readyz", lenient.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(ready["status"], "degraded");
+        let metrics = client
+            .get(format!("{}/metrics", lenient.url()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains("switchyard_limit_backend_errors_total 1"),
+            "{metrics}"
+        );
+        assert_eq!(fake.calls(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_redis_that_stops_and_comes_back_is_reconnected_by_itself() {
+        let Some(mut server) = services::RedisServer::start("a_redis_that_stops_and_comes_back")
+        else {
+            return;
+        };
+        let fake = FakeUpstream::new("up").start().await.unwrap();
+        let url = format!("redis://127.0.0.1:{}", server.port);
+        let gateway = gateway(&redis_config(&fake, &prefix(), &url, "closed", "fixed")).await;
+        let client = client();
+        assert_eq!(send(&client, &gateway, "k", "smart").await.status(), 200);
+
+        server.stop();
+        assert_eq!(send(&client, &gateway, "k", "smart").await.status(), 503);
+        let ready: Value = client
+            .get(format!("{}/readyz", gateway.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(ready["limits"]["healthy"], false);
+
+        server.restart();
+        // The connection manager reconnects on use: the next requests get through again.
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            statuses.push(
+                send(&client, &gateway, "k", "smart")
+                    .await
+                    .status()
+                    .as_u16(),
+            );
+        }
+        assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
+        let ready: Value = client
+            .get(format!("{}/readyz", gateway.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(ready["status"], "ready");
+    }
+}
