@@ -3,6 +3,8 @@
 //! Today keys are seeded from `api_key_env` at start and held in memory; the encrypted store
 //! (rotation, rollback, several keys a provider) feeds this same ring.
 
+pub mod vault;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
