@@ -5,6 +5,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::providers::{self, ClientFormat};
+
 /// Every way the gateway itself refuses or fails a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -74,6 +76,27 @@ impl ApiError {
             ApiError::InvalidRequest { param, .. } => *param,
             ApiError::UnknownModel(_) => Some("model"),
             _ => None,
+        }
+    }
+}
+
+impl ApiError {
+    /// The error in the client's own API shape: Anthropic's on `/v1/messages`.
+    pub fn into_response_for(self, format: ClientFormat) -> Response {
+        match format {
+            ClientFormat::OpenAi => self.into_response(),
+            ClientFormat::Anthropic => {
+                let status = self.status();
+                let body = providers::error_body(
+                    format,
+                    status,
+                    &self.to_string(),
+                    self.kind(),
+                    self.param(),
+                );
+                let content_type = [(axum::http::header::CONTENT_TYPE, "application/json")];
+                (status, content_type, body).into_response()
+            }
         }
     }
 }
