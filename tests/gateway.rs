@@ -4,8 +4,11 @@
 mod gateway {
     pub mod support;
 
+    mod cross_vendor;
+    mod embeddings;
     mod fallback;
     mod lifecycle;
+    mod messages;
     mod passthrough;
     mod streaming;
 }
