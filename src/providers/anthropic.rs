@@ -183,6 +183,44 @@ mod tests {
     }
 
     #[test]
+    fn requests_go_to_v1_messages_with_x_api_key_and_version() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = crate::config::Config::parse(
+            "[[providers]]\nname = \"c\"\nkind = \"anthropic\"\nanthropic_version = \"2023-06-01\"\n",
+        )
+        .unwrap();
+        let client = reqwest::Client::new();
+        let key = crate::keys::KeyLease {
+            id: "k".into(),
+            secret: crate::keys::Secret::new("sk-ant-secret"),
+        };
+        let target = Target {
+            client: &client,
+            provider: &config.providers[0],
+            key: Some(&key),
+            model: "claude-sonnet-4-5",
+        };
+        let request = ClientRequest {
+            format: ClientFormat::OpenAi,
+            operation: Operation::Chat,
+            body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
+        };
+        let built = AnthropicAdapter
+            .request(&target, &request, true)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            built.url().as_str(),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(built.headers()["x-api-key"], "sk-ant-secret");
+        assert_eq!(built.headers()["anthropic-version"], "2023-06-01");
+        assert_eq!(built.headers()["accept"], "text/event-stream");
+        assert!(built.headers().get("authorization").is_none());
+    }
+
+    #[test]
     fn cached_tokens_count_as_prompt_tokens() {
         let reported =
             json!({"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 7});

@@ -106,3 +106,59 @@ impl Adapter for GeminiAdapter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::keys::{KeyLease, Secret};
+
+    fn built(stream: bool, operation: Operation, body: &str) -> reqwest::Request {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = Config::parse("[[providers]]\nname = \"g\"\nkind = \"gemini\"\n").unwrap();
+        let client = reqwest::Client::new();
+        let key = KeyLease {
+            id: "k".into(),
+            secret: Secret::new("goog-secret"),
+        };
+        let target = Target {
+            client: &client,
+            provider: &config.providers[0],
+            key: Some(&key),
+            model: "models/gemini-2.5-flash",
+        };
+        let request = ClientRequest {
+            format: ClientFormat::OpenAi,
+            operation,
+            body: serde_json::from_str(body).unwrap(),
+        };
+        GeminiAdapter
+            .request(&target, &request, stream)
+            .unwrap()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn builds_generate_stream_and_embed_urls_with_the_goog_key() {
+        let chat = r#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let whole = built(false, Operation::Chat, chat);
+        assert_eq!(
+            whole.url().as_str(),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+        );
+        assert_eq!(whole.headers()["x-goog-api-key"], "goog-secret");
+        assert!(whole.headers().get("authorization").is_none());
+        let streamed = built(true, Operation::Chat, chat);
+        assert_eq!(
+            streamed.url().as_str(),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        let embed = built(
+            false,
+            Operation::Embeddings,
+            r#"{"model":"e","input":["a","b"]}"#,
+        );
+        assert!(embed.url().as_str().ends_with(":batchEmbedContents"));
+    }
+}

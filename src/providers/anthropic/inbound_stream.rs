@@ -125,8 +125,18 @@ impl AnthropicSink {
 
 impl ChunkSink for AnthropicSink {
     fn chunk(&mut self, chunk: &Value, out: &mut Vec<Bytes>) {
+        let usage = chunk_usage(chunk);
+        let no_choices = chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        // Azure opens its streams with a chunk of content-filter results only, without an id
+        // or model: the message starts with the first chunk that says something.
+        if no_choices && usage.is_none() {
+            return;
+        }
         self.start(chunk, out);
-        if let Some(usage) = chunk_usage(chunk) {
+        if let Some(usage) = usage {
             self.input_tokens = usage.prompt_tokens;
             self.output_tokens = usage.completion_tokens;
         }
@@ -180,10 +190,12 @@ mod tests {
     use crate::providers::stream::testing::{event, names, payloads, run};
     use crate::providers::stream::{StreamState, Translating};
 
-    /// OpenAI's documented streamed function call, as an Anthropic client receives it.
+    /// OpenAI's documented streamed function call, as an Anthropic client receives it (after
+    /// the content-filter chunk Azure sends first).
     #[test]
     fn golden_tool_call_stream_as_anthropic_events() {
         let chunks = [
+            r#"{"choices":[],"created":0,"id":"","model":"","object":"","prompt_filter_results":[{"prompt_index":0,"content_filter_results":{}}]}"#,
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Let me check."},"finish_reason":null}]}"#,
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_DdmO9pD3xa9XTPNJ32zg2hcA","type":"function","function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}"#,
