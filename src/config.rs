@@ -131,6 +131,24 @@ pub struct Role {
 pub enum ProviderKind {
     /// OpenAI chat completions, and every server compatible with it.
     OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+    /// Google's Gemini API (generateContent).
+    Gemini,
+    /// Azure OpenAI: OpenAI's format at deployment URLs.
+    Azure,
+}
+
+impl ProviderKind {
+    /// The name config files use for this kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
+            ProviderKind::Azure => "azure",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +159,12 @@ pub struct Provider {
     pub base_url: String,
     pub key_required: bool,
     pub api_key_env: Option<String>,
+    /// anthropic: `max_tokens` sent when the client left it out.
+    pub default_max_tokens: u32,
+    /// anthropic: the `anthropic-version` header.
+    pub anthropic_version: String,
+    /// azure: the `api-version` query parameter.
+    pub api_version: String,
 }
 
 /// One step of a chain: a model at a provider.

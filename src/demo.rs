@@ -74,7 +74,7 @@ request_deadline = "5s"
 
 [[providers]]
 name = "primary"
-kind = "openai"
+kind = "anthropic"
 base_url = "{}"
 key_required = false
 
@@ -102,7 +102,7 @@ name = "fragile"
 steps = [{{ provider = "broken", model = "any-model" }}]
 degraded = {{ content = "The assistant is temporarily unavailable. Please try again shortly." }}
 "#,
-        primary.base_url(),
+        primary.root_url(),
         secondary.base_url(),
         broken.base_url()
     )
@@ -119,7 +119,7 @@ pub fn instructions(gateway: &str) -> String {
     };
     format!(
         "Switchyard demo: gateway on {gateway}\n\
-         route `smart` = primary (fails every other call) -> secondary; route `fragile` = a dead provider -> degraded tier\n\n\
+         route `smart` = primary (Anthropic-shaped, fails every other call) -> secondary (OpenAI-shaped); route `fragile` = a dead provider -> degraded tier\n\n\
          # 1. Run this twice: the x-switchyard-step and -outcome headers flip between 0/success and 1/fallback\n\
          curl -si {url} {json} {}\n\n\
          # 2. Force the fallback step (allowed in the demo by [debug] allow_force_fallback)\n\
@@ -128,10 +128,13 @@ pub fn instructions(gateway: &str) -> String {
          curl -sN {url} {json} {}\n\n\
          # 4. Every step is down: the canned degraded answer, not an error\n\
          curl -si {url} {json} {}\n\n\
+         # 5. The same route in Anthropic's Messages format\n\
+         curl -si {gateway}/v1/messages {json} {}\n\n\
          Each request is logged below. Ctrl-C stops the demo.\n",
         ask("smart", ""),
         ask("smart", ""),
         ask("smart", r#""stream":true,"#),
         ask("fragile", ""),
+        ask("smart", r#""max_tokens":100,"#),
     )
 }

@@ -1,6 +1,7 @@
 //! A scriptable fake provider over real HTTP, for tests, the demo and the benchmark.
 //!
-//! It speaks OpenAI chat completions (JSON and SSE). Each request takes the next behaviour of
+//! It speaks OpenAI chat completions, Anthropic messages and Gemini generateContent (JSON and
+//! SSE, chosen by the request's path), and both embeddings shapes. Each request takes the next behaviour of
 //! its script: a status, headers, a delay, a stream of chunks with pauses, a dropped
 //! connection or a malformed body. It counts calls, records what it received, and tracks
 //! open connections and cancelled streams so tests can wait on events instead of sleeping.
@@ -17,10 +18,11 @@
 //! # Ok(()) }
 //! ```
 
+mod answer;
 mod behavior;
 mod server;
 
-pub use behavior::{Behavior, Script, ScriptMode};
+pub use behavior::{Behavior, FakeToolCall, Script, ScriptMode};
 pub use server::{FakeHandle, FakeStats, RecordedRequest};
 
 use std::net::SocketAddr;

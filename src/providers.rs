@@ -1,25 +1,124 @@
-//! Provider adapters: how a request is encoded for a provider's wire format and sent.
+//! Provider adapters: how a client's request is encoded for a provider's wire format, and how
+//! the answer (whole, streamed, or an error) is turned back into the client's format.
 //!
-//! Each kind has its module; `sse` parses the event streams they answer with.
+//! Every kind implements [`Adapter`]. When the client's format and the provider's are the same,
+//! the body passes through with only `model` rewritten, so nothing is lost; where they cross,
+//! the translation goes through OpenAI's chat format as the common shape. `sse` parses event
+//! streams and `stream` turns them into the client's events.
 
+pub mod anthropic;
+pub mod azure;
+pub mod gemini;
 pub mod openai;
 pub mod sse;
+pub mod stream;
 
 use bytes::Bytes;
+use reqwest::StatusCode;
+use serde_json::{Map, Value, json};
 
 use crate::config::{Provider, ProviderKind};
 use crate::keys::KeyLease;
+pub use stream::{StreamState, StreamTranslator, Translated};
 
-/// Builds the upstream chat request for a provider, ready to send.
-pub fn chat_request(
-    client: &reqwest::Client,
-    provider: &Provider,
-    key: Option<&KeyLease>,
-    body: Bytes,
-    stream: bool,
-) -> reqwest::RequestBuilder {
-    match provider.kind {
-        ProviderKind::OpenAi => openai::chat_request(client, provider, key, body, stream),
+/// The API a client speaks to the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientFormat {
+    /// OpenAI's chat completions and embeddings.
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+/// What the client asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A chat completion (or an Anthropic message).
+    Chat,
+    /// Embeddings of some input.
+    Embeddings,
+}
+
+/// A client's request, in its own format, as routing carries it from step to step.
+#[derive(Clone, Debug)]
+pub struct ClientRequest {
+    pub format: ClientFormat,
+    pub operation: Operation,
+    pub body: Map<String, Value>,
+}
+
+impl ClientRequest {
+    /// Whether an OpenAI client asked for the final usage chunk of a stream.
+    pub fn asked_stream_usage(&self) -> bool {
+        self.body
+            .get("stream_options")
+            .and_then(|o| o.get("include_usage"))
+            == Some(&Value::Bool(true))
+    }
+}
+
+/// Where one attempt goes: the provider, its key and the step's model.
+pub struct Target<'a> {
+    pub client: &'a reqwest::Client,
+    pub provider: &'a Provider,
+    pub key: Option<&'a KeyLease>,
+    pub model: &'a str,
+}
+
+/// A request field the target's format cannot carry; the client gets a 400 that names it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Rejection {
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl Rejection {
+    /// A rejection of `param`, with a message that says why.
+    pub fn new(param: &str, message: impl Into<String>) -> Rejection {
+        Rejection {
+            message: message.into(),
+            param: Some(param.to_owned()),
+        }
+    }
+}
+
+/// A whole answer in the client's format.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decoded {
+    pub body: Bytes,
+    pub usage: Option<Usage>,
+}
+
+/// One provider kind's wire format.
+pub trait Adapter: Sync {
+    /// Builds the HTTP request for `request` at the target's model, or refuses a field the
+    /// provider's format cannot carry.
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection>;
+
+    /// Turns a whole 2xx answer into the client's format; `None` when it does not parse.
+    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded>;
+
+    /// Turns an error answer into the client's error shape; `None` keeps it as it came.
+    fn error_body(&self, request: &ClientRequest, status: StatusCode, body: &[u8])
+    -> Option<Bytes>;
+
+    /// A translator from this provider's event stream into the client's.
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator>;
+}
+
+/// The adapter for a provider kind.
+pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
+    match kind {
+        ProviderKind::OpenAi => &openai::OpenAiAdapter,
+        ProviderKind::Anthropic => &anthropic::AnthropicAdapter,
+        ProviderKind::Gemini => &gemini::GeminiAdapter,
+        ProviderKind::Azure => &azure::AzureAdapter,
     }
 }
 
@@ -30,4 +129,124 @@ pub struct Usage {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+}
+
+/// An error body in the client's own shape: what its SDK parses into an exception.
+pub fn error_body(
+    format: ClientFormat,
+    status: StatusCode,
+    message: &str,
+    code: &str,
+    param: Option<&str>,
+) -> Bytes {
+    let body = match format {
+        ClientFormat::OpenAi => json!({
+            "error": {
+                "message": message,
+                "type": openai_error_type(status),
+                "param": param,
+                "code": code,
+            }
+        }),
+        ClientFormat::Anthropic => json!({
+            "type": "error",
+            "error": {"type": anthropic::error_type(status), "message": message},
+        }),
+    };
+    Bytes::from(body.to_string())
+}
+
+fn openai_error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    }
+}
+
+/// Reads any provider's error body: OpenAI's `{"error":{"message","type"}}`, Anthropic's
+/// `{"type":"error","error":{"type","message"}}` or Gemini's `{"error":{"message","status"}}`.
+/// Returns the error's own type (or status) and its message.
+pub fn read_error(body: &[u8]) -> (Option<String>, Option<String>) {
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return (None, None);
+    };
+    // Gemini's streaming endpoint answers errors as a one-element array.
+    let value = match value {
+        Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
+        other => other,
+    };
+    let error = value.get("error");
+    let text = |field: &str| {
+        error
+            .and_then(|e| e.get(field))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    (text("type").or_else(|| text("status")), text("message"))
+}
+
+/// Re-renders an upstream error body in the client's shape, keeping its message.
+pub fn translate_error(format: ClientFormat, status: StatusCode, body: &[u8]) -> Bytes {
+    let (kind, message) = read_error(body);
+    let message = message.unwrap_or_else(|| format!("the provider answered {status}"));
+    let code = kind.unwrap_or_else(|| "upstream_error".into());
+    error_body(format, status, &message, &code, None)
+}
+
+/// Serializes a JSON map; a `Value` map always serializes, so the fallback never shows.
+pub(crate) fn to_bytes(value: &impl serde::Serialize) -> Bytes {
+    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_every_providers_error_shape() {
+        let openai = br#"{"error":{"message":"bad","type":"invalid_request_error"}}"#;
+        let anthropic =
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let gemini = br#"{"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}"#;
+        assert_eq!(
+            read_error(openai),
+            (Some("invalid_request_error".into()), Some("bad".into()))
+        );
+        assert_eq!(
+            read_error(anthropic),
+            (Some("overloaded_error".into()), Some("Overloaded".into()))
+        );
+        assert_eq!(
+            read_error(gemini),
+            (Some("RESOURCE_EXHAUSTED".into()), Some("quota".into()))
+        );
+    }
+
+    #[test]
+    fn renders_errors_in_the_clients_shape() {
+        let anthropic = translate_error(
+            ClientFormat::Anthropic,
+            StatusCode::BAD_REQUEST,
+            br#"{"error":{"message":"bad","type":"invalid_request_error"}}"#,
+        );
+        let anthropic: Value = serde_json::from_slice(&anthropic).unwrap();
+        assert_eq!(
+            anthropic,
+            json!({"type":"error","error":{"type":"invalid_request_error","message":"bad"}})
+        );
+        let openai = translate_error(
+            ClientFormat::OpenAi,
+            StatusCode::from_u16(529).unwrap(),
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        );
+        let openai: Value = serde_json::from_slice(&openai).unwrap();
+        assert_eq!(
+            openai,
+            json!({"error":{"message":"Overloaded","type":"server_error","param":null,"code":"overloaded_error"}})
+        );
+    }
 }

@@ -7,7 +7,9 @@ pub mod admin;
 mod admission;
 mod chat;
 mod degraded;
+mod embeddings;
 mod error;
+mod messages;
 mod stream;
 
 pub use admission::FORCE_FALLBACK;
@@ -143,6 +145,8 @@ pub fn app(state: AppState) -> Router {
     let limit = state.config.server.max_body_bytes;
     Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

@@ -5,9 +5,12 @@ mod gateway {
     pub mod services;
     pub mod support;
 
+    mod cross_vendor;
+    mod embeddings;
     mod fallback;
     mod lifecycle;
     mod limits;
+    mod messages;
     mod passthrough;
     mod streaming;
 }

@@ -74,9 +74,15 @@ pub struct RawRole {
 pub struct RawProvider {
     pub name: String,
     pub kind: String,
-    pub base_url: String,
+    pub base_url: Option<String>,
     pub key_required: Option<bool>,
     pub api_key_env: Option<String>,
+    /// anthropic: `max_tokens` for requests that leave it out.
+    pub default_max_tokens: Option<u32>,
+    /// anthropic: the `anthropic-version` header.
+    pub anthropic_version: Option<String>,
+    /// azure: the `api-version` query parameter.
+    pub api_version: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

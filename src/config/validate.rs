@@ -185,18 +185,21 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
     }
 }
 
+/// `max_tokens` for Anthropic requests that leave it out, unless the provider says otherwise.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The `anthropic-version` header sent unless the provider says otherwise.
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+/// Azure's latest generally available data-plane `api-version` when this was written.
+pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
+
 fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
     let mut providers = Vec::with_capacity(raw.len());
     for (i, p) in raw.into_iter().enumerate() {
         let kind = match p.kind.as_str() {
             "openai" => ProviderKind::OpenAi,
-            "anthropic" | "gemini" | "azure" => {
-                errors.add(
-                    format!("providers[{i}].kind"),
-                    format!("`{}` is not supported yet; use `openai`", p.kind),
-                );
-                continue;
-            }
+            "anthropic" => ProviderKind::Anthropic,
+            "gemini" => ProviderKind::Gemini,
+            "azure" => ProviderKind::Azure,
             other => {
                 errors.add(
                     format!("providers[{i}].kind"),
@@ -205,7 +208,59 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                 continue;
             }
         };
-        match reqwest::Url::parse(&p.base_url) {
+        // Kind-specific settings are errors on other kinds, so a typo'd kind is caught.
+        let only_for = |errors: &mut Errors, field: &str, set: bool, wanted: ProviderKind| {
+            if set && kind != wanted {
+                errors.add(
+                    format!("providers[{i}].{field}"),
+                    format!("only applies to kind = \"{}\"", wanted.as_str()),
+                );
+            }
+        };
+        only_for(
+            errors,
+            "default_max_tokens",
+            p.default_max_tokens.is_some(),
+            ProviderKind::Anthropic,
+        );
+        only_for(
+            errors,
+            "anthropic_version",
+            p.anthropic_version.is_some(),
+            ProviderKind::Anthropic,
+        );
+        only_for(
+            errors,
+            "api_version",
+            p.api_version.is_some(),
+            ProviderKind::Azure,
+        );
+        if p.default_max_tokens == Some(0) {
+            errors.add(
+                format!("providers[{i}].default_max_tokens"),
+                "must be at least 1",
+            );
+        }
+        for (field, value) in [
+            ("anthropic_version", &p.anthropic_version),
+            ("api_version", &p.api_version),
+        ] {
+            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                errors.add(format!("providers[{i}].{field}"), "must not be empty");
+            }
+        }
+        let base_url = match (p.base_url, default_base_url(kind)) {
+            (Some(url), _) => url,
+            (None, Some(url)) => url.to_owned(),
+            (None, None) => {
+                errors.add(
+                    format!("providers[{i}].base_url"),
+                    "is required for azure: https://{resource}.openai.azure.com",
+                );
+                continue;
+            }
+        };
+        match reqwest::Url::parse(&base_url) {
             Ok(url) if matches!(url.scheme(), "http" | "https") => {}
             Ok(_) => {
                 errors.add(format!("providers[{i}].base_url"), "must be http or https");
@@ -214,7 +269,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             Err(e) => {
                 errors.add(
                     format!("providers[{i}].base_url"),
-                    format!("`{}` is not a URL: {e}", p.base_url),
+                    format!("`{base_url}` is not a URL: {e}"),
                 );
                 continue;
             }
@@ -222,12 +277,29 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
         providers.push(Provider {
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
-            base_url: p.base_url.trim_end_matches('/').to_string(),
+            base_url: base_url.trim_end_matches('/').to_string(),
             key_required: p.key_required.unwrap_or(true),
             api_key_env: p.api_key_env,
+            default_max_tokens: p.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+            anthropic_version: p
+                .anthropic_version
+                .unwrap_or_else(|| DEFAULT_ANTHROPIC_VERSION.into()),
+            api_version: p
+                .api_version
+                .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.into()),
         });
     }
     providers
+}
+
+/// Each kind's public endpoint, so `base_url` may be left out; Azure's names a resource.
+fn default_base_url(kind: ProviderKind) -> Option<&'static str> {
+    match kind {
+        ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
+        ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+        ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com"),
+        ProviderKind::Azure => None,
+    }
 }
 
 fn routes(errors: &mut Errors, raw: Vec<RawRoute>, providers: &[Provider]) -> Vec<Route> {
@@ -432,6 +504,46 @@ base_url = "http://127.0.0.1:1/v1"
                 .any(|e| e.starts_with("providers[0].base_url")),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn kind_settings_belong_to_their_kind() {
+        let errors = errors(
+            "[[providers]]\nname = \"a\"\nkind = \"openai\"\napi_version = \"x\"\ndefault_max_tokens = 5\n[[providers]]\nname = \"z\"\nkind = \"azure\"\n",
+        );
+        assert!(
+            errors.contains(&"providers[0].api_version: only applies to kind = \"azure\"".into()),
+            "{errors:?}"
+        );
+        assert!(
+            errors.contains(
+                &"providers[0].default_max_tokens: only applies to kind = \"anthropic\"".into()
+            ),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("providers[1].base_url")),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn every_kind_is_accepted_with_its_defaults() {
+        let config = Config::parse(
+            "[[providers]]\nname = \"c\"\nkind = \"anthropic\"\ndefault_max_tokens = 1024\n[[providers]]\nname = \"g\"\nkind = \"gemini\"\n[[providers]]\nname = \"z\"\nkind = \"azure\"\nbase_url = \"https://r.openai.azure.com/\"\n",
+        )
+        .unwrap();
+        let [c, g, z] = &config.providers[..] else {
+            panic!("three providers")
+        };
+        assert_eq!(c.base_url, "https://api.anthropic.com");
+        assert_eq!(c.default_max_tokens, 1024);
+        assert_eq!(c.anthropic_version, "2023-06-01");
+        assert_eq!(g.base_url, "https://generativelanguage.googleapis.com");
+        assert_eq!(z.base_url, "https://r.openai.azure.com");
+        assert_eq!(z.api_version, "2024-10-21");
     }
 
     #[test]

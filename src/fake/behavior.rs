@@ -33,6 +33,20 @@ pub struct Behavior {
     pub malformed: bool,
     /// Close the connection without answering.
     pub reset: bool,
+    /// Function calls the answer makes, after its text.
+    pub tool_calls: Vec<FakeToolCall>,
+    /// Stream: send the provider's own in-stream error event after this many content
+    /// chunks (Anthropic's `overloaded_error`, for one), then close.
+    pub error_after: Option<usize>,
+}
+
+/// A function call a scripted answer makes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FakeToolCall {
+    pub name: String,
+    /// The call's arguments, a JSON object.
+    pub arguments: serde_json::Value,
 }
 
 impl Behavior {
@@ -95,6 +109,21 @@ impl Behavior {
     /// Goes silent after `chunks` content chunks.
     pub fn stall_after(mut self, chunks: usize) -> Behavior {
         self.stall_after = Some(chunks);
+        self
+    }
+
+    /// Adds a function call to the answer.
+    pub fn tool_call(mut self, name: &str, arguments: serde_json::Value) -> Behavior {
+        self.tool_calls.push(FakeToolCall {
+            name: name.to_owned(),
+            arguments,
+        });
+        self
+    }
+
+    /// Sends the provider's in-stream error event after `chunks` content chunks.
+    pub fn error_after(mut self, chunks: usize) -> Behavior {
+        self.error_after = Some(chunks);
         self
     }
 

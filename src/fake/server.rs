@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::answer::{self, Completion, Route, Shape};
 use super::behavior::{Behavior, Script};
 
 type FakeBody = BoxBody<Bytes, std::io::Error>;
@@ -113,9 +114,14 @@ impl FakeHandle {
         self.addr
     }
 
-    /// The `base_url` a provider config should name: `http://addr/v1`.
+    /// The `base_url` an OpenAI-family provider config should name: `http://addr/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The `base_url` for the other kinds (anthropic, gemini, azure): `http://addr`.
+    pub fn root_url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Chat requests received so far.
@@ -223,9 +229,9 @@ async fn handle(
     if let Some(control) = path.strip_prefix("/_fake/") {
         return Ok(control_request(&state, &parts.method, control, &body));
     }
-    if !path.ends_with("/chat/completions") {
-        return Ok(json_response(404, &error_body(404)));
-    }
+    let Some(route) = answer::route(&path) else {
+        return Ok(json_response(404, &answer::error_body(Shape::OpenAi, 404)));
+    };
     let headers = parts
         .headers
         .iter()
@@ -250,10 +256,16 @@ async fn handle(
         return Err(ScriptedReset);
     }
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let completion = Completion::new(&state.name, call, &request, &behavior);
+    let shape = match route {
+        Route::Chat { shape, .. } | Route::Embeddings(shape) => shape,
+    };
+    let completion = Completion::new(&state.name, call, shape, &path, &request, &behavior);
     let status = behavior.status.unwrap_or(200);
     let mut response = if status != 200 || behavior.body.is_some() {
-        let body = behavior.body.clone().unwrap_or_else(|| error_body(status));
+        let body = behavior
+            .body
+            .clone()
+            .unwrap_or_else(|| answer::error_body(shape, status));
         let streamed_ok = status == 200 && completion.stream;
         let content_type = if streamed_ok {
             "text/event-stream"
@@ -261,6 +273,8 @@ async fn handle(
             "application/json"
         };
         raw_response(status, content_type, Bytes::from(body))
+    } else if let Route::Embeddings(shape) = route {
+        json_response(200, &answer::embeddings(shape, &request).to_string())
     } else if completion.stream {
         stream_response(state.clone(), completion, behavior.clone())
     } else if behavior.malformed {
@@ -314,111 +328,7 @@ fn control_request(
                 &json!({"error": {"message": e.to_string()}}).to_string(),
             ),
         },
-        _ => json_response(404, &error_body(404)),
-    }
-}
-
-/// The completion a request gets, in both its whole and streamed forms.
-struct Completion {
-    id: String,
-    model: String,
-    content: String,
-    stream: bool,
-    include_usage: bool,
-    chunks: usize,
-    prompt_tokens: u64,
-}
-
-impl Completion {
-    fn new(name: &str, call: usize, request: &Value, behavior: &Behavior) -> Completion {
-        let prompt_tokens = request
-            .get("messages")
-            .map(|m| m.to_string().len() as u64 / 4)
-            .unwrap_or(0);
-        Completion {
-            id: format!("chatcmpl-{name}-{call}"),
-            model: request
-                .get("model")
-                .and_then(Value::as_str)
-                .unwrap_or("fake")
-                .to_owned(),
-            content: behavior
-                .content
-                .clone()
-                .unwrap_or_else(|| format!("Hello from {name}!")),
-            stream: request
-                .get("stream")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            include_usage: request
-                .pointer("/stream_options/include_usage")
-                .and_then(Value::as_bool)
-                == Some(true),
-            chunks: behavior.chunks.unwrap_or(3).max(1),
-            prompt_tokens,
-        }
-    }
-
-    fn usage(&self) -> Value {
-        let completion_tokens = self.content.split_whitespace().count() as u64;
-        json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": self.prompt_tokens + completion_tokens,
-        })
-    }
-
-    fn whole(&self) -> Value {
-        json!({
-            "id": self.id,
-            "object": "chat.completion",
-            "created": 1_700_000_000,
-            "model": self.model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": self.content},
-                "logprobs": null,
-                "finish_reason": "stop",
-            }],
-            "usage": self.usage(),
-        })
-    }
-
-    fn chunk(&self, delta: Value, finish_reason: Option<&str>) -> Bytes {
-        let chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
-        });
-        Bytes::from(format!("data: {chunk}\n\n"))
-    }
-
-    /// The `i`-th of `chunks` pieces of the content; the first carries the role.
-    fn content_chunk(&self, i: usize) -> Bytes {
-        let chars: Vec<char> = self.content.chars().collect();
-        let start = i * chars.len() / self.chunks;
-        let end = (i + 1) * chars.len() / self.chunks;
-        let piece: String = chars[start..end].iter().collect();
-        let delta = if i == 0 {
-            json!({"role": "assistant", "content": piece})
-        } else {
-            json!({"content": piece})
-        };
-        self.chunk(delta, None)
-    }
-
-    fn usage_chunk(&self) -> Bytes {
-        let chunk = json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": 1_700_000_000,
-            "model": self.model,
-            "choices": [],
-            "usage": self.usage(),
-        });
-        Bytes::from(format!("data: {chunk}\n\n"))
+        _ => json_response(404, &answer::error_body(Shape::OpenAi, 404)),
     }
 }
 
@@ -482,15 +392,19 @@ async fn send_stream(
             sender.closed().await;
             return false;
         }
+        if behavior.error_after == Some(i) {
+            let _ = sender
+                .send(Ok(Frame::data(completion.stream_error())))
+                .await;
+            return true;
+        }
         if i == completion.chunks {
             break;
         }
-        if sender
-            .send(Ok(Frame::data(completion.content_chunk(i))))
-            .await
-            .is_err()
-        {
-            return false;
+        for frame in completion.content_frames(i) {
+            if sender.send(Ok(Frame::data(frame))).await.is_err() {
+                return false;
+            }
         }
     }
     let mut tail = Vec::new();
@@ -499,11 +413,7 @@ async fn send_stream(
             b"data: {\"choices\": [{\"delta\": nope\n\n",
         ));
     }
-    tail.push(completion.chunk(json!({}), Some("stop")));
-    if completion.include_usage {
-        tail.push(completion.usage_chunk());
-    }
-    tail.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    tail.extend(completion.tail_frames());
     for frame in tail {
         if sender.send(Ok(Frame::data(frame))).await.is_err() {
             return false;
@@ -537,18 +447,6 @@ fn drip_response(body: String, pieces: usize, interval_ms: u64) -> Response<Fake
         hyper::header::HeaderValue::from_static("application/json"),
     );
     response
-}
-
-fn error_body(status: u16) -> String {
-    let (kind, code) = match status {
-        401 => ("authentication_error", "invalid_api_key"),
-        404 => ("invalid_request_error", "model_not_found"),
-        429 => ("rate_limit_error", "rate_limit_exceeded"),
-        400..=499 => ("invalid_request_error", "invalid_request"),
-        _ => ("server_error", "server_error"),
-    };
-    json!({"error": {"message": format!("fake upstream answered {status}"), "type": kind, "param": null, "code": code}})
-        .to_string()
 }
 
 fn json_response(status: u16, body: &str) -> Response<FakeBody> {

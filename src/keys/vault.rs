@@ -64,7 +64,9 @@ pub struct Vault {
 
 impl std::fmt::Debug for Vault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Vault").field("source", &self.source).finish_non_exhaustive()
+        f.debug_struct("Vault")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
     }
 }
 
@@ -81,7 +83,9 @@ impl Vault {
     /// the database, else (in memory) a throwaway key.
     pub fn for_store(store_url: &str, env_key: Option<&str>) -> Result<Vault, VaultError> {
         if let Some(encoded) = env_key.filter(|k| !k.is_empty()) {
-            let bytes = STANDARD.decode(encoded.trim()).map_err(|_| VaultError::BadMasterKey)?;
+            let bytes = STANDARD
+                .decode(encoded.trim())
+                .map_err(|_| VaultError::BadMasterKey)?;
             let key: [u8; 32] = bytes.try_into().map_err(|_| VaultError::BadMasterKey)?;
             return Ok(Vault::from_bytes(&key, KeySource::Environment));
         }
@@ -103,7 +107,9 @@ impl Vault {
         };
         match std::fs::read_to_string(path) {
             Ok(text) => {
-                let bytes = STANDARD.decode(text.trim()).map_err(|_| VaultError::BadMasterKey)?;
+                let bytes = STANDARD
+                    .decode(text.trim())
+                    .map_err(|_| VaultError::BadMasterKey)?;
                 let key: [u8; 32] = bytes.try_into().map_err(|_| VaultError::BadMasterKey)?;
                 Ok(Vault::from_bytes(&key, KeySource::File(path.to_owned())))
             }
@@ -111,7 +117,10 @@ impl Vault {
                 let mut key = [0u8; 32];
                 getrandom::fill(&mut key)?;
                 write_private(path, &STANDARD.encode(key)).map_err(file_error)?;
-                Ok(Vault::from_bytes(&key, KeySource::Generated(path.to_owned())))
+                Ok(Vault::from_bytes(
+                    &key,
+                    KeySource::Generated(path.to_owned()),
+                ))
             }
             Err(e) => Err(file_error(e)),
         }
@@ -124,7 +133,13 @@ impl Vault {
         let aad = binding(provider, key_id);
         let ciphertext = self
             .cipher
-            .encrypt(Nonce::from_slice(&nonce), Payload { msg: secret.as_bytes(), aad: &aad })
+            .encrypt(
+                Nonce::from_slice(&nonce),
+                Payload {
+                    msg: secret.as_bytes(),
+                    aad: &aad,
+                },
+            )
             // Encryption fails only for absurd lengths (over 64 GiB).
             .map_err(|_| VaultError::WrongMasterKey)?;
         Ok(Sealed {
@@ -134,14 +149,25 @@ impl Vault {
     }
 
     /// Opens a sealed secret; fails when the key or the binding does not match.
-    pub fn open(&self, provider: &str, key_id: &str, sealed: &Sealed) -> Result<Secret, VaultError> {
+    pub fn open(
+        &self,
+        provider: &str,
+        key_id: &str,
+        sealed: &Sealed,
+    ) -> Result<Secret, VaultError> {
         if sealed.nonce.len() != 12 {
             return Err(VaultError::WrongMasterKey);
         }
         let aad = binding(provider, key_id);
         let plain = self
             .cipher
-            .decrypt(Nonce::from_slice(&sealed.nonce), Payload { msg: &sealed.ciphertext, aad: &aad })
+            .decrypt(
+                Nonce::from_slice(&sealed.nonce),
+                Payload {
+                    msg: &sealed.ciphertext,
+                    aad: &aad,
+                },
+            )
             .map_err(|_| VaultError::WrongMasterKey)?;
         let text = String::from_utf8(plain).map_err(|_| VaultError::WrongMasterKey)?;
         Ok(Secret::new(text))
@@ -189,28 +215,49 @@ mod tests {
     fn sealed_secrets_open_only_with_their_key_and_binding() {
         let sealed = vault(1).seal("openai", "main", "sk-live-1234").unwrap();
         assert!(!sealed.ciphertext.windows(4).any(|w| w == b"1234"));
-        assert_eq!(vault(1).open("openai", "main", &sealed).unwrap().expose(), "sk-live-1234");
-        assert!(vault(2).open("openai", "main", &sealed).is_err(), "another master key");
-        assert!(vault(1).open("groq", "main", &sealed).is_err(), "another row");
+        assert_eq!(
+            vault(1).open("openai", "main", &sealed).unwrap().expose(),
+            "sk-live-1234"
+        );
+        assert!(
+            vault(2).open("openai", "main", &sealed).is_err(),
+            "another master key"
+        );
+        assert!(
+            vault(1).open("groq", "main", &sealed).is_err(),
+            "another row"
+        );
     }
 
     #[test]
     fn the_check_value_recognises_the_master_key() {
         let check = vault(1).check_value().unwrap();
         assert!(vault(1).verify(&check).is_ok());
-        assert!(matches!(vault(2).verify(&check), Err(VaultError::WrongMasterKey)));
+        assert!(matches!(
+            vault(2).verify(&check),
+            Err(VaultError::WrongMasterKey)
+        ));
     }
 
     #[test]
     fn an_environment_key_must_be_32_bytes_of_base64() {
-        assert!(matches!(Vault::for_store("sqlite::memory:", Some("short")), Err(VaultError::BadMasterKey)));
+        assert!(matches!(
+            Vault::for_store("sqlite::memory:", Some("short")),
+            Err(VaultError::BadMasterKey)
+        ));
         let key = STANDARD.encode([7u8; 32]);
-        assert_eq!(Vault::for_store("sqlite::memory:", Some(&key)).unwrap().source, KeySource::Environment);
+        assert_eq!(
+            Vault::for_store("sqlite::memory:", Some(&key))
+                .unwrap()
+                .source,
+            KeySource::Environment
+        );
     }
 
     #[test]
     fn a_key_file_is_made_once_with_mode_0600() {
-        let path = std::env::temp_dir().join(format!("switchyard-vault-{}.db", uuid::Uuid::now_v7()));
+        let path =
+            std::env::temp_dir().join(format!("switchyard-vault-{}.db", uuid::Uuid::now_v7()));
         let url = format!("sqlite://{}", path.display());
         let first = Vault::for_store(&url, None).unwrap();
         assert!(matches!(first.source, KeySource::Generated(_)));

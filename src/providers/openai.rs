@@ -1,33 +1,158 @@
-//! The OpenAI chat completions format, spoken by OpenAI and every compatible server.
+//! The OpenAI chat completions format, spoken by OpenAI and every compatible server (Groq,
+//! Together, Mistral, DeepSeek, OpenRouter, vLLM, Ollama, Cloudflare Workers AI's endpoint).
+//!
+//! `base_url` names the API root (`https://api.openai.com/v1`); chat goes to
+//! `{base_url}/chat/completions` and embeddings to `{base_url}/embeddings`, with bearer auth.
+
+pub mod stream;
 
 use bytes::Bytes;
+use reqwest::StatusCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
-use super::Usage;
-use crate::config::Provider;
-use crate::keys::KeyLease;
+use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::stream::{StreamTranslator, Translating};
+use super::{
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
+    translate_error,
+};
 
-/// Builds `POST {base_url}/chat/completions` with bearer auth.
-pub fn chat_request(
-    client: &reqwest::Client,
-    provider: &Provider,
-    key: Option<&KeyLease>,
+/// The OpenAI-compatible family.
+pub struct OpenAiAdapter;
+
+impl Adapter for OpenAiAdapter {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection> {
+        let body = encode(request, target.model, stream)?;
+        let path = match request.operation {
+            Operation::Chat => "chat/completions",
+            Operation::Embeddings => "embeddings",
+        };
+        let url = format!("{}/{path}", target.provider.base_url);
+        let mut builder = post(target, url, body, stream);
+        if let Some(key) = target.key {
+            builder = builder.bearer_auth(key.secret.expose());
+        }
+        Ok(builder)
+    }
+
+    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+        decode(request, body)
+    }
+
+    fn error_body(
+        &self,
+        request: &ClientRequest,
+        status: StatusCode,
+        body: &[u8],
+    ) -> Option<Bytes> {
+        error_body(request, status, body)
+    }
+
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        translator(request)
+    }
+}
+
+/// A JSON POST, asking for an event stream when streaming.
+pub(crate) fn post(
+    target: &Target<'_>,
+    url: String,
     body: Bytes,
     stream: bool,
 ) -> reqwest::RequestBuilder {
-    let mut request = client
-        .post(format!("{}/chat/completions", provider.base_url))
+    let mut builder = target
+        .client
+        .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(body);
     if stream {
-        request = request.header(reqwest::header::ACCEPT, "text/event-stream");
+        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
     }
-    if let Some(key) = key {
-        request = request.bearer_auth(key.secret.expose());
+    builder
+}
+
+/// The body an OpenAI-format upstream gets: the client's own when it speaks OpenAI (only
+/// `model` rewritten), else its translation.
+pub(crate) fn encode(
+    request: &ClientRequest,
+    model: &str,
+    stream: bool,
+) -> Result<Bytes, Rejection> {
+    let mut body = match (request.operation, request.format) {
+        (Operation::Chat, ClientFormat::Anthropic) => inbound_request::to_openai(&request.body)?,
+        _ => request.body.clone(),
+    };
+    if request.operation == Operation::Embeddings {
+        body.insert("model".into(), Value::String(model.to_owned()));
+        return Ok(super::to_bytes(&body));
     }
-    request
+    Ok(encode_body(&mut body, model, stream).0)
+}
+
+/// An OpenAI-format answer in the client's format.
+pub(crate) fn decode(request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    match (request.operation, request.format) {
+        (Operation::Embeddings, _) => probe_embeddings(body).map(|usage| Decoded {
+            body: Bytes::copy_from_slice(body),
+            usage,
+        }),
+        (Operation::Chat, ClientFormat::OpenAi) => probe_completion(body).map(|usage| Decoded {
+            body: Bytes::copy_from_slice(body),
+            usage,
+        }),
+        (Operation::Chat, ClientFormat::Anthropic) => {
+            let completion: Value = serde_json::from_slice(body).ok()?;
+            let message = inbound_response::from_openai(&completion)?;
+            Some(Decoded {
+                body: super::to_bytes(&message),
+                usage: super::stream::chunk_usage(&completion),
+            })
+        }
+    }
+}
+
+/// An OpenAI-format error in the client's shape.
+pub(crate) fn error_body(
+    request: &ClientRequest,
+    status: StatusCode,
+    body: &[u8],
+) -> Option<Bytes> {
+    match request.format {
+        ClientFormat::OpenAi => None,
+        format => Some(translate_error(format, status, body)),
+    }
+}
+
+/// An OpenAI-format stream in the client's format.
+pub(crate) fn translator(request: &ClientRequest) -> Box<dyn StreamTranslator> {
+    match request.format {
+        ClientFormat::OpenAi => Box::new(stream::Passthrough::new(!request.asked_stream_usage())),
+        ClientFormat::Anthropic => Box::new(Translating::new(
+            stream::OpenAiSource,
+            inbound_stream::AnthropicSink::default(),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct EmbeddingsProbe {
+    #[allow(dead_code)]
+    data: Vec<IgnoredAny>,
+    usage: Option<Usage>,
+}
+
+/// Checks an embeddings answer and reads its usage; `None` when it is not one.
+pub fn probe_embeddings(body: &[u8]) -> Option<Option<Usage>> {
+    serde_json::from_slice::<EmbeddingsProbe>(body)
+        .ok()
+        .map(|e| e.usage)
 }
 
 /// Writes the client's request with only `model` replaced, asking a stream for its usage.

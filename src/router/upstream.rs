@@ -1,44 +1,47 @@
 //! The two attempters the chain runs: one for whole JSON answers, one for streams up to
-//! their commit point (a 2xx and its first event).
+//! their commit point (a 2xx and its first event). Each step's provider adapter encodes the
+//! client's request and turns the answer back into the client's format.
 
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use serde_json::{Map, Value};
+use reqwest::StatusCode;
+use reqwest::header::HeaderValue;
 use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
-use super::classify::{FailureClass, classify_status, classify_transport};
+use super::classify::{Action, FailureClass, classify_status, classify_transport};
 use crate::config::{Provider, Step};
 use crate::keys::KeyLease;
-use crate::providers::openai::{self, ChunkKind};
-use crate::providers::sse::{SseError, SseEvent, SseReader};
-use crate::providers::{self, Usage};
+use crate::providers::sse::{SseError, SseReader};
+use crate::providers::{
+    self, Adapter, ClientRequest, Rejection, StreamState, StreamTranslator, Target, Usage,
+};
 
 /// An upstream body as a stream of byte chunks.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
-/// A whole answer that served.
+/// A whole answer that served, in the client's format.
 pub struct JsonReply {
     pub reply: UpstreamReply,
     pub usage: Option<Usage>,
 }
 
-/// A stream that committed: its first event, and the reader for the rest.
+/// A stream that committed: the client's events for its first upstream event, and the
+/// reader and translator for the rest.
 pub struct CommittedStream {
-    pub first: SseEvent,
+    pub first: Vec<Bytes>,
     pub first_usage: Option<Usage>,
     pub reader: SseReader<ByteStream>,
-    /// Whether the gateway added `include_usage`, so the usage chunk is not the client's.
-    pub strip_usage: bool,
+    pub translator: Box<dyn StreamTranslator>,
 }
 
 /// Makes non-streamed attempts.
 pub struct JsonAttempter<'a> {
     pub client: &'a reqwest::Client,
-    pub request: Map<String, Value>,
+    pub request: ClientRequest,
     pub fallback_on_context_length: bool,
     /// Reading a whole body may not run past the request's deadline.
     pub deadline: Instant,
@@ -54,8 +57,17 @@ impl Attempter for JsonAttempter<'_> {
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
     ) -> Attempt<JsonReply> {
-        let (body, _) = openai::encode_body(&mut self.request, step.model.as_str(), false);
-        let request = providers::chat_request(self.client, provider, key, body, false);
+        let adapter = providers::adapter(provider.kind);
+        let target = Target {
+            client: self.client,
+            provider,
+            key,
+            model: step.model.as_str(),
+        };
+        let request = match adapter.request(&target, &self.request, false) {
+            Ok(request) => request,
+            Err(rejection) => return rejected(&self.request, rejection),
+        };
         let response = match timeout(attempt_timeout, request.send()).await {
             Err(_) => return failed(FailureClass::Timeout),
             Ok(Err(e)) => return failed(classify_transport(&e)),
@@ -69,35 +81,77 @@ impl Attempter for JsonAttempter<'_> {
             Ok(Err(e)) => return failed(classify_transport(&e)),
             Ok(Ok(body)) => body,
         };
-        let reply = UpstreamReply {
-            status,
-            content_type: headers.get(reqwest::header::CONTENT_TYPE).cloned(),
-            body,
-        };
         if status.is_success() {
-            return match openai::probe_completion(&reply.body) {
-                Some(usage) => Attempt::Served(JsonReply { reply, usage }),
+            return match adapter.decode(&self.request, &body) {
+                Some(decoded) => Attempt::Served(JsonReply {
+                    reply: UpstreamReply {
+                        status,
+                        content_type: Some(HeaderValue::from_static("application/json")),
+                        body: decoded.body,
+                    },
+                    usage: decoded.usage,
+                }),
                 None => failed(FailureClass::Malformed),
             };
         }
-        let (class, action) = classify_status(
-            status,
-            &headers,
-            &reply.body,
-            self.fallback_on_context_length,
-        );
+        let (class, action) =
+            classify_status(status, &headers, &body, self.fallback_on_context_length);
         Attempt::Failed(Failure {
             class,
             action,
-            reply: Some(reply),
+            reply: Some(error_reply(adapter, &self.request, status, &headers, body)),
         })
     }
+}
+
+/// An upstream error answer, its body in the client's shape when the formats differ.
+fn error_reply(
+    adapter: &dyn Adapter,
+    request: &ClientRequest,
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: Bytes,
+) -> UpstreamReply {
+    match adapter.error_body(request, status, &body) {
+        Some(translated) => UpstreamReply {
+            status,
+            content_type: Some(HeaderValue::from_static("application/json")),
+            body: translated,
+        },
+        None => UpstreamReply {
+            status,
+            content_type: headers.get(reqwest::header::CONTENT_TYPE).cloned(),
+            body,
+        },
+    }
+}
+
+/// A field the step's provider cannot carry: the client's 400, no other step tried, since
+/// the same request would fare no better elsewhere in a chain meant to be interchangeable.
+fn rejected<T>(request: &ClientRequest, rejection: Rejection) -> Attempt<T> {
+    let status = StatusCode::BAD_REQUEST;
+    let body = providers::error_body(
+        request.format,
+        status,
+        &rejection.message,
+        "untranslatable_field",
+        rejection.param.as_deref(),
+    );
+    Attempt::Failed(Failure {
+        class: FailureClass::BadRequest,
+        action: Action::ReturnToClient,
+        reply: Some(UpstreamReply {
+            status,
+            content_type: Some(HeaderValue::from_static("application/json")),
+            body,
+        }),
+    })
 }
 
 /// Makes streamed attempts, each up to its first event.
 pub struct StreamAttempter<'a> {
     pub client: &'a reqwest::Client,
-    pub request: Map<String, Value>,
+    pub request: ClientRequest,
     pub fallback_on_context_length: bool,
 }
 
@@ -111,8 +165,19 @@ impl Attempter for StreamAttempter<'_> {
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
     ) -> Attempt<CommittedStream> {
-        let (body, strip_usage) = openai::encode_body(&mut self.request, step.model.as_str(), true);
-        let request = providers::chat_request(self.client, provider, key, body, true);
+        let adapter = providers::adapter(provider.kind);
+        let target = Target {
+            client: self.client,
+            provider,
+            key,
+            model: step.model.as_str(),
+        };
+        let request = match adapter.request(&target, &self.request, true) {
+            Ok(request) => request,
+            Err(rejection) => return rejected(&self.request, rejection),
+        };
+        let mut translator = adapter.stream(&self.request);
+        let client_request = &self.request;
         let fallback_on_context_length = self.fallback_on_context_length;
         // The attempt timeout runs to the first event, not just to the headers.
         let commit = async move {
@@ -126,25 +191,21 @@ impl Attempter for StreamAttempter<'_> {
                 let body = response.bytes().await.unwrap_or_default();
                 let (class, action) =
                     classify_status(status, &headers, &body, fallback_on_context_length);
-                let content_type = headers.get(reqwest::header::CONTENT_TYPE).cloned();
+                let reply = error_reply(adapter, client_request, status, &headers, body);
                 return Err(Failure {
                     class,
                     action,
-                    reply: Some(UpstreamReply {
-                        status,
-                        content_type,
-                        body,
-                    }),
+                    reply: Some(reply),
                 });
             }
             let bytes: ByteStream = Box::pin(response.bytes_stream());
             let mut reader = SseReader::new(bytes);
-            let (first, first_usage) = first_event(&mut reader).await?;
+            let (first, first_usage) = first_event(&mut reader, translator.as_mut()).await?;
             Ok(CommittedStream {
                 first,
                 first_usage,
                 reader,
-                strip_usage,
+                translator,
             })
         };
         match timeout(attempt_timeout, commit).await {
@@ -155,10 +216,11 @@ impl Attempter for StreamAttempter<'_> {
     }
 }
 
-/// Reads up to the first event with content; keep-alive comments before it are dropped.
+/// Reads up to the first event with content; keep-alives before it are dropped.
 async fn first_event(
     reader: &mut SseReader<ByteStream>,
-) -> Result<(SseEvent, Option<Usage>), Failure> {
+    translator: &mut dyn StreamTranslator,
+) -> Result<(Vec<Bytes>, Option<Usage>), Failure> {
     loop {
         let event = match reader.next_event().await {
             Ok(Some(event)) => event,
@@ -170,11 +232,21 @@ async fn first_event(
         if event.data.is_empty() {
             continue;
         }
-        return match openai::probe_chunk(&event.data) {
-            Some((ChunkKind::Content | ChunkKind::UsageOnly(_), usage)) => Ok((event, usage)),
-            // An error before any content: nothing reached the client, so another step may serve.
-            Some((ChunkKind::Error, _)) => Err(Failure::without_reply(FailureClass::ServerError)),
-            Some((ChunkKind::Done, _)) | None => {
+        let translated = translator.event(&event);
+        return match translated.state {
+            StreamState::KeepAlive => continue,
+            StreamState::Open => Ok((translated.frames, translated.usage)),
+            // An error before any content: nothing reached the client, so another step may
+            // serve. Anthropic's `overloaded_error` is its 529, said inside a stream.
+            StreamState::UpstreamError { overloaded, .. } => {
+                let class = if overloaded {
+                    FailureClass::Overloaded
+                } else {
+                    FailureClass::ServerError
+                };
+                Err(Failure::without_reply(class))
+            }
+            StreamState::Done | StreamState::Malformed | StreamState::Truncated => {
                 Err(Failure::without_reply(FailureClass::Malformed))
             }
         };

@@ -1,4 +1,7 @@
 //! `POST /v1/chat/completions`: check the request, run its route's chain, answer.
+//!
+//! The routing core here also serves `/v1/messages` and `/v1/embeddings`: their handlers
+//! check their own format's fields and call [`handle`], which answers in the client's format.
 
 use std::sync::Arc;
 
@@ -17,6 +20,7 @@ use super::error::ApiError;
 use super::stream::StreamForwarder;
 use crate::config::Route;
 use crate::limits::Permit;
+use crate::providers::{ClientFormat, ClientRequest, Operation};
 use crate::router::chain::{ChainInputs, describe_failures};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, resolve_route, run_chain};
@@ -27,52 +31,104 @@ struct Prepared {
     route: Arc<Route>,
     /// What the client asked for: a route name or `provider/model`.
     model: String,
-    request: Map<String, Value>,
+    request: ClientRequest,
     stream: bool,
     first_step: usize,
 }
+
+/// The endpoint a request came in on: its format, what it asks, and how its fields are
+/// checked (returning whether it streams).
+pub(super) struct Endpoint {
+    pub format: ClientFormat,
+    pub operation: Operation,
+    pub check: fn(&Map<String, Value>) -> Result<bool, ApiError>,
+}
+
+const CHAT: Endpoint = Endpoint {
+    format: ClientFormat::OpenAi,
+    operation: Operation::Chat,
+    check: check_chat,
+};
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    handle(&state, &headers, body, &CHAT).await
+}
+
+/// Checks a request on `endpoint`, routes it, and answers in the endpoint's format.
+pub(super) async fn handle(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: &Endpoint,
+) -> Response {
     let id = uuid::Uuid::now_v7().to_string();
     let mut guard = RecordGuard::new(
         state.telemetry.clone(),
         RequestRecord::new(id.clone(), false),
     );
-    let caller = match admission::authenticate(&state, &headers, &mut guard) {
+    let format = endpoint.format;
+    let caller = match admission::authenticate(state, headers, &mut guard) {
         Ok(caller) => caller,
-        Err(error) => return refuse(guard, error),
+        Err(error) => return refuse(guard, error, format),
     };
     // The body is checked before the limits are taken, so a malformed request costs no quota.
-    let mut prepared = match prepare(&state, body) {
+    let mut prepared = match prepare(state, body, endpoint) {
         Ok(prepared) => prepared,
-        Err(error) => return refuse(guard, error),
+        Err(error) => return refuse(guard, error, format),
     };
     let record = guard.record();
     record.route = Some(prepared.route.name.clone());
     record.stream = prepared.stream;
-    prepared.first_step = match admission::authorize(&state, &caller, &prepared.model, &headers) {
+    prepared.first_step = match admission::authorize(state, &caller, &prepared.model, headers) {
         Ok(first_step) => first_step,
-        Err(error) => return refuse(guard, error),
+        Err(error) => return refuse(guard, error, format),
     };
-    let permit = match admission::admit(&state, &caller, &id).await {
+    let permit = match admission::admit(state, &caller, &id).await {
         Ok(permit) => permit,
-        Err(error) => return refuse(guard, error),
+        Err(error) => return refuse(guard, error, format),
     };
     let rate_headers = permit.headers;
     let mut response = if prepared.stream {
-        route_stream(&state, prepared, guard, permit).await
+        route_stream(state, prepared, guard, permit).await
     } else {
-        route_json(&state, prepared, guard, permit).await
+        route_json(state, prepared, guard, permit).await
     };
     admission::add_rate_headers(&mut response, &rate_headers);
     response
 }
 
-fn prepare(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Prepared, ApiError> {
+/// `/v1/chat/completions`' own fields.
+fn check_chat(request: &Map<String, Value>) -> Result<bool, ApiError> {
+    if !matches!(request.get("messages"), Some(Value::Array(_))) {
+        return Err(ApiError::InvalidRequest {
+            message: "`messages` is required and must be an array".into(),
+            param: Some("messages"),
+        });
+    }
+    stream_flag(request)
+}
+
+/// The `stream` field: absent, null or a boolean.
+pub(super) fn stream_flag(request: &Map<String, Value>) -> Result<bool, ApiError> {
+    match request.get("stream") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(stream)) => Ok(*stream),
+        Some(_) => Err(ApiError::InvalidRequest {
+            message: "`stream` must be a boolean".into(),
+            param: Some("stream"),
+        }),
+    }
+}
+
+fn prepare(
+    state: &AppState,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: &Endpoint,
+) -> Result<Prepared, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
             limit: state.config.server.max_body_bytes,
@@ -90,28 +146,17 @@ fn prepare(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Prep
             });
         }
     };
-    if !matches!(request.get("messages"), Some(Value::Array(_))) {
-        return Err(ApiError::InvalidRequest {
-            message: "`messages` is required and must be an array".into(),
-            param: Some("messages"),
-        });
-    }
-    let stream = match request.get("stream") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(stream)) => *stream,
-        Some(_) => {
-            return Err(ApiError::InvalidRequest {
-                message: "`stream` must be a boolean".into(),
-                param: Some("stream"),
-            });
-        }
-    };
+    let stream = (endpoint.check)(&request)?;
     let route = resolve_route(&state.config, &state.routes, model)
         .ok_or_else(|| ApiError::UnknownModel(model.clone()))?;
     Ok(Prepared {
         route,
         model: model.clone(),
-        request,
+        request: ClientRequest {
+            format: endpoint.format,
+            operation: endpoint.operation,
+            body: request,
+        },
         stream,
         first_step: 0,
     })
@@ -126,7 +171,7 @@ async fn route_json(
     let deadline = guard.started() + state.config.retry.request_deadline;
     let mut attempter = JsonAttempter {
         client: &state.client,
-        request: prepared.request,
+        request: prepared.request.clone(),
         fallback_on_context_length: prepared.route.fallback_on_context_length,
         deadline,
     };
@@ -158,7 +203,9 @@ async fn route_json(
             guard.record().error = last_failure(&run);
             (upstream_response(reply), Some((step, Outcome::Error)))
         }
-        ChainEnd::Exhausted => return exhausted(&prepared.route, run, guard, false, false),
+        ChainEnd::Exhausted => {
+            return exhausted(&prepared.route, run, guard, &prepared.request, false);
+        }
     };
     finish(response, &prepared.route, &run, served, guard)
 }
@@ -170,11 +217,7 @@ async fn route_stream(
     permit: Permit,
 ) -> Response {
     let deadline = guard.started() + state.config.retry.request_deadline;
-    let client_asked_usage = prepared
-        .request
-        .get("stream_options")
-        .and_then(|o| o.get("include_usage"))
-        == Some(&Value::Bool(true));
+    let request = prepared.request.clone();
     let mut attempter = StreamAttempter {
         client: &state.client,
         request: prepared.request,
@@ -230,7 +273,7 @@ async fn route_stream(
                 guard,
             )
         }
-        ChainEnd::Exhausted => exhausted(&prepared.route, run, guard, true, client_asked_usage),
+        ChainEnd::Exhausted => exhausted(&prepared.route, run, guard, &request, true),
     }
 }
 
@@ -239,21 +282,38 @@ fn exhausted<T>(
     route: &Route,
     run: ChainRun<T>,
     mut guard: RecordGuard,
+    request: &ClientRequest,
     stream: bool,
-    include_usage: bool,
 ) -> Response {
-    let Some(content) = &route.degraded else {
+    let degraded = route
+        .degraded
+        .as_ref()
+        .filter(|_| request.operation == Operation::Chat);
+    let Some(content) = degraded else {
         let error = ApiError::AllStepsFailed(describe_failures(&run.attempts));
         guard.record().error = Some(error.kind().into());
-        return finish(error.into_response(), route, &run, None, guard);
+        let response = error.into_response_for(request.format);
+        return finish(response, route, &run, None, guard);
     };
     let id = guard.record().id.clone();
-    let response = if stream {
-        let body = degraded::stream(&id, route.name.as_str(), content, include_usage);
-        ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
-    } else {
-        let body = degraded::completion(&id, route.name.as_str(), content);
-        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    let name = route.name.as_str();
+    let response = match (stream, request.format) {
+        (true, ClientFormat::OpenAi) => {
+            let body = degraded::stream(&id, name, content, request.asked_stream_usage());
+            ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+        }
+        (true, ClientFormat::Anthropic) => {
+            let body = degraded::message_stream(&id, name, content);
+            ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+        }
+        (false, ClientFormat::OpenAi) => {
+            let body = degraded::completion(&id, name, content);
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        (false, ClientFormat::Anthropic) => {
+            let body = degraded::message(&id, name, content);
+            ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
     };
     let mut response = response;
     stamp(
@@ -348,14 +408,14 @@ fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
 }
 
 /// Refuses a request before routing, with one log row like any other request.
-fn refuse(mut guard: RecordGuard, error: ApiError) -> Response {
+fn refuse(mut guard: RecordGuard, error: ApiError, format: ClientFormat) -> Response {
     let kind = error.kind();
     let outcome = if error.is_rejection() {
         Outcome::Rejected
     } else {
         Outcome::Error
     };
-    let mut response = error.into_response();
+    let mut response = error.into_response_for(format);
     let record = guard.record();
     set(
         response.headers_mut(),

@@ -54,6 +54,58 @@ pub fn stream(id: &str, route: &str, content: &str, include_usage: bool) -> Byte
     Bytes::from(out)
 }
 
+/// The canned answer as an Anthropic message, for `/v1/messages` clients.
+pub fn message(id: &str, route: &str, content: &str) -> Bytes {
+    let body = json!({
+        "id": format!("msg_{id}"),
+        "type": "message",
+        "role": "assistant",
+        "model": route,
+        "content": [{"type": "text", "text": content}],
+        "stop_reason": "end_turn",
+        "stop_sequence": null,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    });
+    Bytes::from(body.to_string())
+}
+
+/// The canned answer as Anthropic's event stream.
+pub fn message_stream(id: &str, route: &str, content: &str) -> Bytes {
+    let message = json!({
+        "id": format!("msg_{id}"), "type": "message", "role": "assistant", "model": route,
+        "content": [], "stop_reason": null, "stop_sequence": null,
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    });
+    let events = [
+        (
+            "message_start",
+            json!({"type": "message_start", "message": message}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": content}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 0}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    let mut out = String::new();
+    for (name, data) in events {
+        out.push_str(&format!("event: {name}\ndata: {data}\n\n"));
+    }
+    Bytes::from(out)
+}
+
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

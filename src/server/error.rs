@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::limits::Refusal;
+use crate::providers::{self, ClientFormat};
 
 /// Whole seconds to wait, rounded up: a client that waits this long will be admitted.
 fn retry_after_secs(refusal: &Refusal) -> u64 {
@@ -104,17 +105,34 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({
-            "error": {
-                "message": self.to_string(),
-                "type": self.error_type(),
-                "param": self.param(),
-                "code": self.kind(),
+impl ApiError {
+    /// The error in the client's own API shape: Anthropic's on `/v1/messages`.
+    pub fn into_response_for(self, format: ClientFormat) -> Response {
+        let status = self.status();
+        let mut response = match format {
+            ClientFormat::OpenAi => {
+                let body = json!({
+                    "error": {
+                        "message": self.to_string(),
+                        "type": self.error_type(),
+                        "param": self.param(),
+                        "code": self.kind(),
+                    }
+                });
+                (status, Json(body)).into_response()
             }
-        });
-        let mut response = (self.status(), Json(body)).into_response();
+            ClientFormat::Anthropic => {
+                let body = providers::error_body(
+                    format,
+                    status,
+                    &self.to_string(),
+                    self.kind(),
+                    self.param(),
+                );
+                let content_type = [(axum::http::header::CONTENT_TYPE, "application/json")];
+                (status, content_type, body).into_response()
+            }
+        };
         if let ApiError::RateLimited(refusal) = &self {
             super::admission::add_rate_headers(&mut response, &refusal.headers);
             response.headers_mut().insert(
@@ -123,5 +141,11 @@ impl IntoResponse for ApiError {
             );
         }
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.into_response_for(ClientFormat::OpenAi)
     }
 }

@@ -1,6 +1,7 @@
 //! Forwarding a committed stream: event by event, never switching provider, and ending
-//! every failure with an error event instead of a silent truncation.
+//! every failure with an error event in the client's format instead of a silent truncation.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -8,16 +9,16 @@ use bytes::Bytes;
 use tokio::time::timeout;
 
 use crate::limits::Permit;
-use crate::providers::Usage;
-use crate::providers::openai::{self, ChunkKind};
 use crate::providers::sse::SseError;
+use crate::providers::{StreamState, Translated, Usage};
 use crate::router::upstream::CommittedStream;
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
 /// Hands a committed stream to the client, finishing its record when it ends.
 pub struct StreamForwarder {
     stream: CommittedStream,
-    first: Option<Bytes>,
+    /// Client events translated but not yet sent.
+    pending: VecDeque<Bytes>,
     /// Held until the stream ends, so a concurrency slot is not freed mid-answer. Declared
     /// before `guard` so that on a disconnect it is released before the record is sent.
     permit: Option<Permit>,
@@ -33,14 +34,14 @@ impl StreamForwarder {
         permit: Permit,
         idle_timeout: Duration,
     ) -> StreamForwarder {
-        let first = stream.first.raw.clone();
+        let pending = std::mem::take(&mut stream.first).into();
         let record = guard.record();
         // Until the stream ends cleanly, a record sent (say, on disconnect) is a partial one.
         record.partial = true;
         add_usage(record, stream.first_usage.take());
         StreamForwarder {
             stream,
-            first: Some(first),
+            pending,
             permit: Some(permit),
             guard: Some(guard),
             idle_timeout,
@@ -57,11 +58,11 @@ impl StreamForwarder {
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
-        if let Some(first) = self.first.take() {
-            return Some(first);
-        }
-        self.guard.as_ref()?;
         loop {
+            if let Some(frame) = self.pending.pop_front() {
+                return Some(frame);
+            }
+            self.guard.as_ref()?;
             let event = match timeout(self.idle_timeout, self.stream.reader.next_event()).await {
                 Err(_) => {
                     return self.fail("stream_idle_timeout", "the upstream stalled mid-stream");
@@ -76,10 +77,9 @@ impl StreamForwarder {
                     return self.fail("malformed_event", "the upstream sent a malformed event");
                 }
                 Ok(Ok(None)) => {
-                    return self.fail(
-                        "truncated",
-                        "the upstream stream ended without its end marker",
-                    );
+                    let translated = self.stream.translator.end();
+                    self.take(translated);
+                    continue;
                 }
                 Ok(Ok(Some(event))) => event,
             };
@@ -87,32 +87,45 @@ impl StreamForwarder {
                 // A keep-alive comment: pass it on, it keeps the client's connection warm too.
                 return Some(event.raw);
             }
-            match openai::probe_chunk(&event.data) {
-                None => return self.fail("malformed_event", "the upstream sent a malformed event"),
-                Some((ChunkKind::Done, _)) => {
-                    self.update(|record| record.partial = false);
-                    self.finish();
-                    return Some(event.raw);
-                }
-                Some((ChunkKind::Error, _)) => {
-                    // The upstream's own error event, already in the client's format.
-                    self.update(|record| {
-                        record.outcome = Outcome::Error;
-                        record.error = Some("upstream_stream_error".into());
-                    });
-                    self.finish();
-                    return Some(event.raw);
-                }
-                Some((ChunkKind::UsageOnly(usage), _)) => {
-                    self.update(|record| add_usage(record, Some(usage)));
-                    if !self.stream.strip_usage {
-                        return Some(event.raw);
-                    }
-                }
-                Some((ChunkKind::Content, usage)) => {
-                    self.update(|record| add_usage(record, usage));
-                    return Some(event.raw);
-                }
+            let translated = self.stream.translator.event(&event);
+            self.take(translated);
+        }
+    }
+
+    /// Queues an event's translation and settles the record when the stream ends.
+    fn take(&mut self, translated: Translated) {
+        let Translated {
+            frames,
+            usage,
+            state,
+        } = translated;
+        self.update(|record| add_usage(record, usage));
+        match state {
+            StreamState::Open | StreamState::KeepAlive => self.pending.extend(frames),
+            StreamState::Done => {
+                self.pending.extend(frames);
+                self.update(|record| record.partial = false);
+                self.finish();
+            }
+            StreamState::UpstreamError { .. } => {
+                // The translator ended the client's stream with its own error event.
+                self.pending.extend(frames);
+                self.update(|record| {
+                    record.outcome = Outcome::Error;
+                    record.error = Some("upstream_stream_error".into());
+                });
+                self.finish();
+            }
+            StreamState::Malformed => {
+                let frame = self.fail("malformed_event", "the upstream sent a malformed event");
+                self.pending.extend(frame);
+            }
+            StreamState::Truncated => {
+                let frame = self.fail(
+                    "truncated",
+                    "the upstream stream ended without its end marker",
+                );
+                self.pending.extend(frame);
             }
         }
     }
@@ -126,9 +139,8 @@ impl StreamForwarder {
             record.error = Some(code.to_owned());
         });
         self.finish();
-        Some(openai::stream_error_event(message, code))
+        Some(self.stream.translator.error_event(message, code))
     }
-
     fn update(&mut self, change: impl FnOnce(&mut RequestRecord)) {
         if let Some(guard) = self.guard.as_mut() {
             change(guard.record());

@@ -151,3 +151,58 @@ pub fn error_message(body: &Value) -> String {
     }
     error["message"].as_str().unwrap_or("").to_owned()
 }
+
+/// A provider block of any kind for a fake, with no key required. Kinds other than the
+/// OpenAI family take the fake's root URL, as their real base URLs are hosts.
+pub fn provider_of(kind: &str, name: &str, fake: &FakeHandle) -> String {
+    let base_url = match kind {
+        "openai" => fake.base_url(),
+        _ => fake.root_url(),
+    };
+    format!(
+        "[[providers]]\nname = \"{name}\"\nkind = \"{kind}\"\nbase_url = \"{base_url}\"\nkey_required = false\n"
+    )
+}
+
+/// Posts `body` to `path` on the gateway.
+pub async fn post_to(gateway: &Gateway, path: &str, body: &Value) -> reqwest::Response {
+    client()
+        .post(format!("{}{path}", gateway.url()))
+        .json(body)
+        .send()
+        .await
+        .expect("gateway answers")
+}
+
+/// A minimal Anthropic Messages request.
+pub fn message(model: &str, stream: bool) -> Value {
+    json!({"model": model, "max_tokens": 256, "stream": stream,
+           "messages": [{"role": "user", "content": "Hello there"}]})
+}
+
+/// The `(event name, data)` pairs of a whole SSE body.
+pub fn sse_events(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter_map(|event| {
+            let mut name = String::new();
+            let mut data = None;
+            for line in event.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = Some(serde_json::from_str(d).unwrap_or(Value::String(d.to_owned())));
+                }
+            }
+            data.map(|d| (name, d))
+        })
+        .collect()
+}
+
+/// The text an Anthropic event stream delivered.
+pub fn anthropic_text(events: &[(String, Value)]) -> String {
+    events
+        .iter()
+        .filter(|(name, _)| name == "content_block_delta")
+        .filter_map(|(_, data)| data["delta"]["text"].as_str().map(str::to_owned))
+        .collect()
+}

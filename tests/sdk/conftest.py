@@ -1,6 +1,9 @@
-"""Starts two scripted fake providers and a gateway in front of them, as real processes.
+"""Starts scripted fake providers and a gateway in front of them, as real processes.
 
-Each test scripts the fakes over HTTP (PUT /_fake/script) before it sends its requests.
+Two OpenAI-shaped fakes back the `smart` route; one fake per provider kind (openai,
+anthropic, gemini, azure) backs a one-step route `via-KIND`; `cross` is an Anthropic
+primary before an OpenAI secondary. Each test scripts the fakes over HTTP
+(PUT /_fake/script) before it sends its requests.
 """
 
 import json
@@ -62,6 +65,8 @@ class Fake:
             "stdout",
         )
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        # The base URL of the non-OpenAI kinds is the host; the fake serves every shape.
+        self.root_url = f"http://127.0.0.1:{self.port}"
 
     def script(self, *behaviors):
         body = json.dumps({"behaviors": list(behaviors)}).encode()
@@ -69,6 +74,10 @@ class Fake:
             f"http://127.0.0.1:{self.port}/_fake/script", data=body, method="PUT"
         )
         urllib.request.urlopen(request, timeout=5).read()
+
+    def requests(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_fake/requests", timeout=5) as r:
+            return json.load(r)
 
     def stats(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_fake/stats", timeout=5) as r:
@@ -111,19 +120,88 @@ steps = [
   {{ provider = "secondary", model = "small" }},
 ]
 degraded = {{ content = "The assistant is temporarily unavailable." }}
+
+[[providers]]
+name = "openai"
+kind = "openai"
+base_url = "{openai}"
+key_required = false
+
+[[providers]]
+name = "anthropic"
+kind = "anthropic"
+base_url = "{anthropic}"
+key_required = false
+default_max_tokens = 512
+
+[[providers]]
+name = "gemini"
+kind = "gemini"
+base_url = "{gemini}"
+key_required = false
+
+[[providers]]
+name = "azure"
+kind = "azure"
+base_url = "{azure}"
+key_required = false
+api_version = "2024-10-21"
+
+[[routes]]
+name = "via-openai"
+steps = [{{ provider = "openai", model = "gpt-4o" }}]
+
+[[routes]]
+name = "via-anthropic"
+steps = [{{ provider = "anthropic", model = "claude-sonnet-4-5" }}]
+
+[[routes]]
+name = "via-gemini"
+steps = [{{ provider = "gemini", model = "gemini-2.5-flash" }}]
+
+[[routes]]
+name = "via-azure"
+steps = [{{ provider = "azure", model = "gpt-4o-deployment" }}]
+
+[[routes]]
+name = "cross"
+steps = [
+  {{ provider = "anthropic", model = "claude-sonnet-4-5" }},
+  {{ provider = "secondary", model = "small" }},
+]
 """
+
+KINDS = ("openai", "anthropic", "gemini", "azure")
 
 
 @pytest.fixture(scope="session")
 def stack():
     primary, secondary = Fake("primary"), Fake("secondary")
+    kinds = {kind: Fake(kind) for kind in KINDS}
     port = free_port()
     config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
-    config.write(CONFIG.format(port=port, primary=primary.base_url, secondary=secondary.base_url))
+    config.write(
+        CONFIG.format(
+            port=port,
+            primary=primary.base_url,
+            secondary=secondary.base_url,
+            openai=kinds["openai"].base_url,
+            anthropic=kinds["anthropic"].root_url,
+            gemini=kinds["gemini"].root_url,
+            azure=kinds["azure"].root_url,
+        )
+    )
     config.close()
     gateway = start(["serve", "--config", config.name], "switchyard listening", "stderr")
-    yield {"url": f"http://127.0.0.1:{port}/v1", "primary": primary, "secondary": secondary}
-    for process in (gateway, primary.process, secondary.process):
+    yield {
+        "url": f"http://127.0.0.1:{port}/v1",
+        "root": f"http://127.0.0.1:{port}",
+        "primary": primary,
+        "secondary": secondary,
+        "kinds": kinds,
+    }
+    fakes = [primary, secondary, *kinds.values()]
+    for process in (gateway, *(fake.process for fake in fakes)):
         process.terminate()
         process.wait(timeout=10)
     os.unlink(config.name)
@@ -137,3 +215,26 @@ def client(stack):
     stack["secondary"].script({})
     # SDKs always send a key; with [auth] required = false the gateway ignores it.
     return OpenAI(base_url=stack["url"], api_key="sk-anything", timeout=15, max_retries=0)
+
+
+@pytest.fixture
+def fakes(stack):
+    """Every fake, reset to healthy answers."""
+    for fake in (stack["primary"], stack["secondary"], *stack["kinds"].values()):
+        fake.script({})
+    return stack
+
+
+@pytest.fixture
+def anthropic_client(fakes):
+    from anthropic import Anthropic
+
+    # The SDK sends its key as x-api-key; with [auth] required = false the gateway ignores it.
+    return Anthropic(base_url=fakes["root"], api_key="sk-ant-anything", timeout=15, max_retries=0)
+
+
+@pytest.fixture
+def openai_client(fakes):
+    from openai import OpenAI
+
+    return OpenAI(base_url=fakes["url"], api_key="sk-anything", timeout=15, max_retries=0)

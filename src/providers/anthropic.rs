@@ -1,0 +1,235 @@
+//! Anthropic's Messages API, upstream and inbound.
+//!
+//! `base_url` is the API host (`https://api.anthropic.com`); requests go to
+//! `{base_url}/v1/messages` with the `x-api-key` and `anthropic-version` headers. Anthropic
+//! needs `max_tokens`, so a request without it gets the provider's `default_max_tokens`.
+//!
+//! Upstream, for OpenAI clients: `encode` writes the request, `decode` reads a whole message
+//! and `events` reads the stream. Inbound, for clients of `/v1/messages` served by another
+//! format: `inbound_request`, `inbound_response` and `inbound_stream`.
+
+pub mod decode;
+pub mod encode;
+pub mod events;
+pub mod inbound_request;
+pub mod inbound_response;
+pub mod inbound_stream;
+
+use bytes::Bytes;
+use reqwest::StatusCode;
+use serde_json::{Map, Value};
+
+use super::openai::stream::OpenAiSink;
+use super::stream::{StreamTranslator, Translating};
+use super::{
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
+    translate_error,
+};
+
+/// Anthropic's Messages API.
+pub struct AnthropicAdapter;
+
+impl Adapter for AnthropicAdapter {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection> {
+        if request.operation == Operation::Embeddings {
+            return Err(Rejection::new(
+                "model",
+                "Anthropic has no embeddings API: route embeddings to an openai, azure or gemini provider",
+            ));
+        }
+        let max_tokens = target.provider.default_max_tokens;
+        let body = match request.format {
+            ClientFormat::Anthropic => passthrough(&request.body, target.model, max_tokens, stream),
+            ClientFormat::OpenAi => {
+                encode::from_openai(&request.body, target.model, max_tokens, stream)?
+            }
+        };
+        let url = format!("{}/v1/messages", target.provider.base_url);
+        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream)
+            .header("anthropic-version", &target.provider.anthropic_version);
+        if let Some(key) = target.key {
+            builder = builder.header("x-api-key", key.secret.expose());
+        }
+        Ok(builder)
+    }
+
+    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+        let message: Value = serde_json::from_slice(body).ok()?;
+        if message.get("type").and_then(Value::as_str) != Some("message")
+            || !message.get("content").is_some_and(Value::is_array)
+        {
+            return None;
+        }
+        let usage = message.get("usage").map(usage);
+        match request.format {
+            ClientFormat::Anthropic => Some(Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage,
+            }),
+            ClientFormat::OpenAi => Some(Decoded {
+                body: super::to_bytes(&decode::to_openai(&message)?),
+                usage,
+            }),
+        }
+    }
+
+    fn error_body(
+        &self,
+        request: &ClientRequest,
+        status: StatusCode,
+        body: &[u8],
+    ) -> Option<Bytes> {
+        match request.format {
+            ClientFormat::Anthropic => None,
+            format => Some(translate_error(format, status, body)),
+        }
+    }
+
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        match request.format {
+            ClientFormat::Anthropic => Box::new(events::Passthrough::default()),
+            ClientFormat::OpenAi => Box::new(Translating::new(
+                events::AnthropicSource::default(),
+                OpenAiSink::new(request.asked_stream_usage()),
+            )),
+        }
+    }
+}
+
+/// An Anthropic client's own request: only `model` rewritten, and `max_tokens` filled in.
+fn passthrough(
+    body: &Map<String, Value>,
+    model: &str,
+    default_max_tokens: u32,
+    stream: bool,
+) -> Map<String, Value> {
+    let mut body = body.clone();
+    body.insert("model".into(), Value::String(model.to_owned()));
+    body.entry("max_tokens")
+        .or_insert_with(|| Value::from(default_max_tokens));
+    if stream {
+        body.insert("stream".into(), Value::Bool(true));
+    }
+    body
+}
+
+/// Anthropic's error `type` for a status, as its API and SDKs name them.
+pub fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        402 => "billing_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// Reads Anthropic's `usage`; cached prompt tokens count as prompt tokens, as OpenAI counts them.
+pub fn usage(usage: &Value) -> Usage {
+    let count = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
+    Usage {
+        prompt_tokens: count("input_tokens")
+            + count("cache_creation_input_tokens")
+            + count("cache_read_input_tokens"),
+        completion_tokens: count("output_tokens"),
+    }
+}
+
+/// The mid-stream error event an Anthropic client's SDK raises as an exception.
+pub fn stream_error_event(message: &str, overloaded: bool) -> Bytes {
+    let kind = if overloaded {
+        "overloaded_error"
+    } else {
+        "api_error"
+    };
+    let event = serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
+    super::stream::named_event("error", &event)
+}
+
+/// The seconds since the epoch, for the `created` field of translated completions.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_passthrough_rewrites_the_model_and_fills_in_max_tokens() {
+        let body = json!({"model": "smart", "messages": [], "x_future_field": {"a": 1}});
+        let sent = passthrough(body.as_object().unwrap(), "claude-x", 1024, false);
+        assert_eq!(
+            Value::Object(sent),
+            json!({"model": "claude-x", "messages": [], "x_future_field": {"a": 1}, "max_tokens": 1024})
+        );
+        let body = json!({"model": "smart", "max_tokens": 5, "messages": []});
+        let sent = passthrough(body.as_object().unwrap(), "claude-x", 1024, true);
+        assert_eq!(sent["max_tokens"], 5);
+        assert_eq!(sent["stream"], true);
+    }
+
+    #[test]
+    fn requests_go_to_v1_messages_with_x_api_key_and_version() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = crate::config::Config::parse(
+            "[[providers]]\nname = \"c\"\nkind = \"anthropic\"\nanthropic_version = \"2023-06-01\"\n",
+        )
+        .unwrap();
+        let client = reqwest::Client::new();
+        let key = crate::keys::KeyLease {
+            id: "k".into(),
+            secret: crate::keys::Secret::new("sk-ant-secret"),
+        };
+        let target = Target {
+            client: &client,
+            provider: &config.providers[0],
+            key: Some(&key),
+            model: "claude-sonnet-4-5",
+        };
+        let request = ClientRequest {
+            format: ClientFormat::OpenAi,
+            operation: Operation::Chat,
+            body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
+        };
+        let built = AnthropicAdapter
+            .request(&target, &request, true)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            built.url().as_str(),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(built.headers()["x-api-key"], "sk-ant-secret");
+        assert_eq!(built.headers()["anthropic-version"], "2023-06-01");
+        assert_eq!(built.headers()["accept"], "text/event-stream");
+        assert!(built.headers().get("authorization").is_none());
+    }
+
+    #[test]
+    fn cached_tokens_count_as_prompt_tokens() {
+        let reported =
+            json!({"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 7});
+        assert_eq!(
+            usage(&reported),
+            Usage {
+                prompt_tokens: 15,
+                completion_tokens: 7
+            }
+        );
+    }
+}

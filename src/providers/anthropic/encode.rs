@@ -1,0 +1,487 @@
+//! An OpenAI chat request written as an Anthropic Messages request.
+//!
+//! Field by field (README "Providers" lists the same):
+//! - `system` / `developer` messages → `system`; `tool` messages → `tool_result` blocks in a
+//!   user turn; assistant `tool_calls` → `tool_use` blocks; consecutive turns of one role merge.
+//! - `image_url` parts → `image` blocks: `data:` URLs as base64 sources, http(s) as url sources.
+//! - `max_completion_tokens` / `max_tokens` → `max_tokens` (the provider's default when unset);
+//!   `stop` → `stop_sequences`; `temperature` (clamped to Anthropic's 0–1) and `top_p` as they
+//!   are; `user` → `metadata.user_id`; `tools`, `tool_choice`, `parallel_tool_calls`.
+//! - Dropped: `frequency_penalty`, `presence_penalty`, `seed`, `logit_bias`, `store`,
+//!   `metadata`, `service_tier`, `stream_options`, `prediction`, `reasoning_effort`, message
+//!   `name`s, and any field Anthropic has no counterpart for.
+//! - Rejected with a 400: `n` > 1, `logprobs`, `top_logprobs`, audio, JSON `response_format`s,
+//!   legacy `functions` / `function_call`, non-function tools, audio and file parts.
+
+use serde_json::{Map, Value, json};
+
+use crate::providers::Rejection;
+
+/// Writes `request` (OpenAI's format) as Anthropic's, for `model`.
+pub fn from_openai(
+    request: &Map<String, Value>,
+    model: &str,
+    default_max_tokens: u32,
+    stream: bool,
+) -> Result<Map<String, Value>, Rejection> {
+    refuse_untranslatable(request)?;
+    let mut out = Map::new();
+    out.insert("model".into(), json!(model));
+    let (system, messages) = messages(request)?;
+    if !system.is_empty() {
+        out.insert("system".into(), json!(system.join("\n\n")));
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    let max_tokens = request
+        .get("max_completion_tokens")
+        .or_else(|| request.get("max_tokens"))
+        .and_then(Value::as_u64)
+        .unwrap_or(u64::from(default_max_tokens));
+    out.insert("max_tokens".into(), json!(max_tokens));
+    match request.get("stop") {
+        Some(Value::String(stop)) => {
+            out.insert("stop_sequences".into(), json!([stop]));
+        }
+        Some(Value::Array(stops)) if !stops.is_empty() => {
+            out.insert("stop_sequences".into(), Value::Array(stops.clone()));
+        }
+        _ => {}
+    }
+    if let Some(temperature) = request.get("temperature").and_then(Value::as_f64) {
+        out.insert("temperature".into(), json!(temperature.clamp(0.0, 1.0)));
+    }
+    if let Some(top_p) = request.get("top_p").filter(|v| v.is_number()) {
+        out.insert("top_p".into(), top_p.clone());
+    }
+    if let Some(user) = request.get("user").and_then(Value::as_str) {
+        out.insert("metadata".into(), json!({"user_id": user}));
+    }
+    tools(request, &mut out)?;
+    if stream {
+        out.insert("stream".into(), json!(true));
+    }
+    Ok(out)
+}
+
+fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
+    if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
+        return Err(Rejection::new(
+            "n",
+            "Anthropic models return one choice: `n` must be 1",
+        ));
+    }
+    if request.get("logprobs") == Some(&json!(true)) || request.contains_key("top_logprobs") {
+        return Err(Rejection::new(
+            "logprobs",
+            "Anthropic models do not return log probabilities",
+        ));
+    }
+    let audio = request.get("audio").is_some_and(|a| !a.is_null())
+        || request
+            .get("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|m| m == "audio"));
+    if audio {
+        return Err(Rejection::new(
+            "modalities",
+            "Anthropic models do not produce audio",
+        ));
+    }
+    if let Some(format) = request
+        .get("response_format")
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str)
+        .filter(|t| *t != "text")
+    {
+        return Err(Rejection::new(
+            "response_format",
+            format!("`response_format` {format} cannot be sent to an Anthropic model"),
+        ));
+    }
+    for legacy in ["functions", "function_call"] {
+        if request.contains_key(legacy) {
+            return Err(Rejection::new(
+                legacy,
+                format!("`{legacy}` is deprecated: use `tools` and `tool_choice`"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The system prompt's parts, and the turns in Anthropic's shape.
+fn messages(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), Rejection> {
+    let Some(Value::Array(messages)) = request.get("messages") else {
+        return Err(Rejection::new("messages", "`messages` must be an array"));
+    };
+    let mut system = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+        let content = message.get("content").unwrap_or(&Value::Null);
+        let (role, blocks) = match role {
+            "system" | "developer" => {
+                system.push(text_of(content, i)?);
+                continue;
+            }
+            "user" => ("user", content_blocks(content, i)?),
+            "assistant" => ("assistant", assistant_blocks(message, i)?),
+            "tool" => ("user", vec![tool_result(message, i)?]),
+            other => {
+                return Err(Rejection::new(
+                    &format!("messages[{i}].role"),
+                    format!("role `{other}` cannot be sent to an Anthropic model"),
+                ));
+            }
+        };
+        if blocks.is_empty() {
+            continue;
+        }
+        // Anthropic wants the results of parallel tool calls in one user turn.
+        match turns.last_mut() {
+            Some((last, previous)) if *last == role => previous.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let turns = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    Ok((system, turns))
+}
+
+/// A message's text: a string, or text parts joined.
+fn text_of(content: &Value, i: usize) -> Result<String, Rejection> {
+    match content {
+        Value::String(text) => Ok(text.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match part.get("text").and_then(Value::as_str) {
+                    Some(piece) => text.push_str(piece),
+                    None => {
+                        return Err(Rejection::new(
+                            &format!("messages[{i}].content"),
+                            "only text parts can be sent here",
+                        ));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(Rejection::new(
+            &format!("messages[{i}].content"),
+            "must be a string or an array of parts",
+        )),
+    }
+}
+
+/// A user message's content as Anthropic blocks.
+fn content_blocks(content: &Value, i: usize) -> Result<Vec<Value>, Rejection> {
+    let parts = match content {
+        Value::String(text) => return Ok(vec![json!({"type": "text", "text": text})]),
+        Value::Array(parts) => parts,
+        _ => {
+            return Err(Rejection::new(
+                &format!("messages[{i}].content"),
+                "must be a string or an array of parts",
+            ));
+        }
+    };
+    let mut blocks = Vec::with_capacity(parts.len());
+    for (j, part) in parts.iter().enumerate() {
+        let kind = part.get("type").and_then(Value::as_str).unwrap_or("");
+        let block = match kind {
+            "text" => {
+                json!({"type": "text", "text": part.get("text").cloned().unwrap_or(json!(""))})
+            }
+            "image_url" => {
+                let url = part
+                    .pointer("/image_url/url")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                image_block(url).ok_or_else(|| {
+                    Rejection::new(
+                        &format!("messages[{i}].content[{j}].image_url.url"),
+                        "an image must be a data: URL (base64) or an http(s) URL",
+                    )
+                })?
+            }
+            other => {
+                return Err(Rejection::new(
+                    &format!("messages[{i}].content[{j}].type"),
+                    format!("`{other}` parts cannot be sent to an Anthropic model"),
+                ));
+            }
+        };
+        blocks.push(block);
+    }
+    Ok(blocks)
+}
+
+/// An image URL as an Anthropic image block.
+fn image_block(url: &str) -> Option<Value> {
+    if let Some((media_type, data)) = split_data_url(url) {
+        return Some(json!({
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }));
+    }
+    if url.starts_with("https://") || url.starts_with("http://") {
+        return Some(json!({"type": "image", "source": {"type": "url", "url": url}}));
+    }
+    None
+}
+
+/// `data:image/png;base64,AAAA` → (`image/png`, `AAAA`).
+pub fn split_data_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (meta, data) = rest.split_once(',')?;
+    let media_type = meta.strip_suffix(";base64")?;
+    Some((media_type, data))
+}
+
+/// An assistant turn: its text, then a `tool_use` block per tool call.
+fn assistant_blocks(message: &Value, i: usize) -> Result<Vec<Value>, Rejection> {
+    let mut blocks = Vec::new();
+    let text = match message.get("content") {
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").or_else(|| p.get("refusal")))
+            .filter_map(Value::as_str)
+            .collect::<String>(),
+        Some(content) => text_of(content, i)?,
+        None => String::new(),
+    };
+    if !text.is_empty() {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (j, call) in calls.iter().enumerate() {
+        let arguments = call
+            .pointer("/function/arguments")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let input: Value = if arguments.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(arguments).map_err(|_| {
+                Rejection::new(
+                    &format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                    "must be a JSON object to be sent to an Anthropic model",
+                )
+            })?
+        };
+        blocks.push(json!({
+            "type": "tool_use",
+            "id": call.get("id").cloned().unwrap_or(json!("")),
+            "name": call.pointer("/function/name").cloned().unwrap_or(json!("")),
+            "input": input,
+        }));
+    }
+    Ok(blocks)
+}
+
+/// A `tool` message as a `tool_result` block.
+fn tool_result(message: &Value, i: usize) -> Result<Value, Rejection> {
+    let content = text_of(message.get("content").unwrap_or(&Value::Null), i)?;
+    Ok(json!({
+        "type": "tool_result",
+        "tool_use_id": message.get("tool_call_id").cloned().unwrap_or(json!("")),
+        "content": content,
+    }))
+}
+
+/// `tools`, `tool_choice` and `parallel_tool_calls`.
+fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), Rejection> {
+    let Some(Value::Array(tools)) = request.get("tools") else {
+        return Ok(());
+    };
+    let mut declared = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        if tool.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(Rejection::new(
+                &format!("tools[{i}].type"),
+                "only function tools can be sent to an Anthropic model",
+            ));
+        }
+        let function = tool.get("function").unwrap_or(&Value::Null);
+        let mut declaration = Map::new();
+        declaration.insert(
+            "name".into(),
+            function.get("name").cloned().unwrap_or(json!("")),
+        );
+        if let Some(description) = function.get("description") {
+            declaration.insert("description".into(), description.clone());
+        }
+        let schema = function
+            .get("parameters")
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+        declaration.insert("input_schema".into(), schema);
+        declared.push(Value::Object(declaration));
+    }
+    if declared.is_empty() {
+        return Ok(());
+    }
+    out.insert("tools".into(), Value::Array(declared));
+    let mut choice = match request.get("tool_choice") {
+        Some(Value::String(choice)) if choice == "none" => json!({"type": "none"}),
+        Some(Value::String(choice)) if choice == "required" => json!({"type": "any"}),
+        Some(Value::Object(choice)) => match choice.get("function").and_then(|f| f.get("name")) {
+            Some(name) => json!({"type": "tool", "name": name}),
+            None => json!({"type": "auto"}),
+        },
+        _ => json!({"type": "auto"}),
+    };
+    let parallel_off = request.get("parallel_tool_calls") == Some(&json!(false));
+    if parallel_off && choice["type"] != "none" {
+        choice["disable_parallel_tool_use"] = json!(true);
+    }
+    if request.contains_key("tool_choice") || parallel_off {
+        out.insert("tool_choice".into(), choice);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(request: Value) -> Result<Value, Rejection> {
+        from_openai(
+            request.as_object().unwrap(),
+            "claude-sonnet-4-5",
+            1024,
+            false,
+        )
+        .map(Value::Object)
+    }
+
+    /// OpenAI's documented function-calling round trip, as Anthropic's tool-use guide writes
+    /// the same conversation.
+    #[test]
+    fn golden_tool_round_trip_with_system_prompt() {
+        let request = json!({
+            "model": "smart",
+            "messages": [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What's the weather like in Boston today?"},
+                {"role": "assistant", "content": null, "tool_calls": [{
+                    "id": "call_abc123", "type": "function",
+                    "function": {"name": "get_current_weather", "arguments": "{\"location\":\"Boston, MA\"}"}
+                }]},
+                {"role": "tool", "tool_call_id": "call_abc123", "content": "72F and sunny"}
+            ],
+            "tools": [{"type": "function", "function": {
+                "name": "get_current_weather",
+                "description": "Get the current weather in a given location",
+                "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+            }}],
+            "tool_choice": "auto",
+            "temperature": 1.5,
+            "top_p": 0.9,
+            "stop": "END",
+            "max_completion_tokens": 200,
+            "user": "user-1",
+            "frequency_penalty": 0.5,
+            "seed": 7
+        });
+        assert_eq!(
+            encode(request).unwrap(),
+            json!({
+                "model": "claude-sonnet-4-5",
+                "system": "You are a helpful assistant.",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "What's the weather like in Boston today?"}]},
+                    {"role": "assistant", "content": [{
+                        "type": "tool_use", "id": "call_abc123", "name": "get_current_weather",
+                        "input": {"location": "Boston, MA"}
+                    }]},
+                    {"role": "user", "content": [{
+                        "type": "tool_result", "tool_use_id": "call_abc123", "content": "72F and sunny"
+                    }]}
+                ],
+                "max_tokens": 200,
+                "stop_sequences": ["END"],
+                "temperature": 1.0,
+                "top_p": 0.9,
+                "metadata": {"user_id": "user-1"},
+                "tools": [{
+                    "name": "get_current_weather",
+                    "description": "Get the current weather in a given location",
+                    "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+                }],
+                "tool_choice": {"type": "auto"}
+            })
+        );
+    }
+
+    #[test]
+    fn golden_images_base64_and_url() {
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in these images?"},
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "high"}},
+            {"type": "image_url", "image_url": {"url": "https://upload.wikimedia.org/a.jpg"}}
+        ]}]});
+        assert_eq!(
+            encode(request).unwrap()["messages"][0]["content"],
+            json!([
+                {"type": "text", "text": "What is in these images?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+                {"type": "image", "source": {"type": "url", "url": "https://upload.wikimedia.org/a.jpg"}}
+            ])
+        );
+    }
+
+    #[test]
+    fn max_tokens_defaults_and_parallel_tool_calls_map() {
+        let request = json!({
+            "model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+            "parallel_tool_calls": false
+        });
+        let sent = encode(request).unwrap();
+        assert_eq!(sent["max_tokens"], 1024);
+        assert_eq!(
+            sent["tool_choice"],
+            json!({"type": "tool", "name": "f", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(
+            sent["tools"][0]["input_schema"],
+            json!({"type": "object", "properties": {}})
+        );
+    }
+
+    #[test]
+    fn untranslatable_fields_are_rejected_by_name() {
+        let base = |extra: Value| {
+            let mut request =
+                json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+            for (k, v) in extra.as_object().unwrap() {
+                request[k] = v.clone();
+            }
+            encode(request).unwrap_err().param
+        };
+        assert_eq!(base(json!({"n": 2})), Some("n".into()));
+        assert_eq!(base(json!({"logprobs": true})), Some("logprobs".into()));
+        assert_eq!(
+            base(json!({"response_format": {"type": "json_object"}})),
+            Some("response_format".into())
+        );
+        assert_eq!(
+            base(json!({"tools": [{"type": "web_search"}]})),
+            Some("tools[0].type".into())
+        );
+        assert_eq!(
+            base(json!({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})),
+            Some("messages[0].content[0].type".into())
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! An Anthropic Messages request (from a `/v1/messages` client) written as an OpenAI chat
+//! request, for steps served by the OpenAI family, Azure or Gemini.
+//!
+//! Field by field:
+//! - `system` (a string or text blocks) → a leading `system` message.
+//! - User turns: text → text parts, `image` blocks → `image_url` parts (base64 as `data:`
+//!   URLs), `tool_result` blocks → `tool` messages placed before the turn's other content.
+//! - Assistant turns: text → `content`, `tool_use` → `tool_calls` (input serialized).
+//! - `max_tokens`, `temperature`, `top_p`, `stream` as they are; `stop_sequences` → `stop`;
+//!   `metadata.user_id` → `user`; `tools` → function tools; `tool_choice` (`auto`, `any`,
+//!   `tool`, `none`) and `disable_parallel_tool_use` → `tool_choice`, `parallel_tool_calls`.
+//! - Dropped: `top_k`, `thinking`, `service_tier`, thinking blocks, `cache_control`,
+//!   `is_error` on tool results, and fields OpenAI has no counterpart for.
+//! - Rejected with a 400: server tools (a `type` other than `custom`), `document` and other
+//!   non-text, non-image blocks, images inside tool results, `mcp_servers`, `container`.
+
+use serde_json::{Map, Value, json};
+
+use crate::providers::Rejection;
+
+/// Writes an Anthropic request as an OpenAI chat request (its `model` is set later).
+pub fn to_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
+    for field in ["mcp_servers", "container"] {
+        if request.contains_key(field) {
+            return Err(Rejection::new(
+                field,
+                format!("`{field}` is served by Anthropic only; this step is another provider"),
+            ));
+        }
+    }
+    let mut out = Map::new();
+    out.insert(
+        "model".into(),
+        request.get("model").cloned().unwrap_or(json!("")),
+    );
+    let mut messages = Vec::new();
+    match request.get("system") {
+        Some(Value::String(system)) => messages.push(json!({"role": "system", "content": system})),
+        Some(Value::Array(blocks)) => {
+            let text: String = blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            messages.push(json!({"role": "system", "content": text}));
+        }
+        _ => {}
+    }
+    let Some(Value::Array(turns)) = request.get("messages") else {
+        return Err(Rejection::new("messages", "`messages` must be an array"));
+    };
+    for (i, turn) in turns.iter().enumerate() {
+        match turn.get("role").and_then(Value::as_str) {
+            Some("user") => user_turn(turn, i, &mut messages)?,
+            Some("assistant") => messages.push(assistant_turn(turn, i)?),
+            _ => {
+                return Err(Rejection::new(
+                    &format!("messages.{i}.role"),
+                    "must be `user` or `assistant`",
+                ));
+            }
+        }
+    }
+    out.insert("messages".into(), Value::Array(messages));
+    for field in ["max_tokens", "temperature", "top_p", "stream"] {
+        if let Some(value) = request.get(field) {
+            out.insert(field.into(), value.clone());
+        }
+    }
+    if let Some(stops) = request.get("stop_sequences").and_then(Value::as_array) {
+        if !stops.is_empty() {
+            out.insert("stop".into(), Value::Array(stops.clone()));
+        }
+    }
+    if let Some(user) = request
+        .get("metadata")
+        .and_then(|m| m.get("user_id"))
+        .and_then(Value::as_str)
+    {
+        out.insert("user".into(), json!(user));
+    }
+    tools(request, &mut out)?;
+    Ok(out)
+}
+
+/// The blocks of a turn's `content`: a string is one text block.
+fn blocks(turn: &Value, i: usize) -> Result<Vec<Value>, Rejection> {
+    match turn.get("content") {
+        Some(Value::String(text)) => Ok(vec![json!({"type": "text", "text": text})]),
+        Some(Value::Array(blocks)) => Ok(blocks.clone()),
+        _ => Err(Rejection::new(
+            &format!("messages.{i}.content"),
+            "must be a string or an array of content blocks",
+        )),
+    }
+}
+
+fn user_turn(turn: &Value, i: usize, messages: &mut Vec<Value>) -> Result<(), Rejection> {
+    let mut parts = Vec::new();
+    for (j, block) in blocks(turn, i)?.iter().enumerate() {
+        let field = format!("messages.{i}.content.{j}");
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => parts.push(
+                json!({"type": "text", "text": block.get("text").cloned().unwrap_or(json!(""))}),
+            ),
+            Some("image") => parts.push(image_part(block, &field)?),
+            // OpenAI wants each tool result as its own message, right after the call.
+            Some("tool_result") => messages.push(json!({
+                "role": "tool",
+                "tool_call_id": block.get("tool_use_id").cloned().unwrap_or(json!("")),
+                "content": tool_result_text(block, &field)?,
+            })),
+            other => {
+                return Err(Rejection::new(
+                    &format!("{field}.type"),
+                    format!(
+                        "`{}` blocks can only be sent to an Anthropic model",
+                        other.unwrap_or("?")
+                    ),
+                ));
+            }
+        }
+    }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    let content = match parts.as_slice() {
+        [only] if only["type"] == "text" => only["text"].clone(),
+        _ => Value::Array(parts),
+    };
+    messages.push(json!({"role": "user", "content": content}));
+    Ok(())
+}
+
+fn image_part(block: &Value, field: &str) -> Result<Value, Rejection> {
+    let source = block.get("source").unwrap_or(&Value::Null);
+    let text = |name: &str| source.get(name).and_then(Value::as_str);
+    let url = match text("type") {
+        Some("base64") => format!(
+            "data:{};base64,{}",
+            text("media_type").unwrap_or("image/png"),
+            text("data").unwrap_or("")
+        ),
+        Some("url") => text("url").unwrap_or("").to_owned(),
+        _ => {
+            return Err(Rejection::new(
+                &format!("{field}.source.type"),
+                "only base64 and url image sources can be sent to this model",
+            ));
+        }
+    };
+    Ok(json!({"type": "image_url", "image_url": {"url": url}}))
+}
+
+fn tool_result_text(block: &Value, field: &str) -> Result<String, Rejection> {
+    match block.get("content") {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(text)) => Ok(text.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = Vec::new();
+            for part in parts {
+                match part.get("text").and_then(Value::as_str) {
+                    Some(piece) => text.push(piece),
+                    None => {
+                        return Err(Rejection::new(
+                            &format!("{field}.content"),
+                            "tool results sent to this model may hold text only",
+                        ));
+                    }
+                }
+            }
+            Ok(text.join("\n"))
+        }
+        Some(_) => Err(Rejection::new(
+            &format!("{field}.content"),
+            "must be a string or text blocks",
+        )),
+    }
+}
+
+fn assistant_turn(turn: &Value, i: usize) -> Result<Value, Rejection> {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for block in blocks(turn, i)? {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_use") => calls.push(json!({
+                "id": block.get("id").cloned().unwrap_or(json!("")),
+                "type": "function",
+                "function": {
+                    "name": block.get("name").cloned().unwrap_or(json!("")),
+                    "arguments": block.get("input").unwrap_or(&json!({})).to_string(),
+                },
+            })),
+            // Thinking is the model's own scratchpad; other models cannot read it.
+            _ => {}
+        }
+    }
+    let mut message = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    Ok(message)
+}
+
+fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), Rejection> {
+    let Some(Value::Array(tools)) = request.get("tools") else {
+        return Ok(());
+    };
+    let mut functions = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        if let Some(kind) = tool
+            .get("type")
+            .and_then(Value::as_str)
+            .filter(|t| *t != "custom")
+        {
+            return Err(Rejection::new(
+                &format!("tools.{i}.type"),
+                format!("the server tool `{kind}` can only be used with an Anthropic model"),
+            ));
+        }
+        let mut function = Map::new();
+        function.insert(
+            "name".into(),
+            tool.get("name").cloned().unwrap_or(json!("")),
+        );
+        if let Some(description) = tool.get("description") {
+            function.insert("description".into(), description.clone());
+        }
+        function.insert(
+            "parameters".into(),
+            tool.get("input_schema")
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+        );
+        functions.push(json!({"type": "function", "function": function}));
+    }
+    if functions.is_empty() {
+        return Ok(());
+    }
+    out.insert("tools".into(), Value::Array(functions));
+    if let Some(choice) = request.get("tool_choice") {
+        let mapped = match choice.get("type").and_then(Value::as_str) {
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                json!({"type": "function", "function": {"name": choice.get("name").cloned().unwrap_or(json!(""))}})
+            }
+            _ => json!("auto"),
+        };
+        out.insert("tool_choice".into(), mapped);
+        if choice.get("disable_parallel_tool_use") == Some(&json!(true)) {
+            out.insert("parallel_tool_calls".into(), json!(false));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn translate(request: Value) -> Result<Value, Rejection> {
+        to_openai(request.as_object().unwrap()).map(Value::Object)
+    }
+
+    /// Anthropic's documented tool-use conversation (a tool result with an image-free answer),
+    /// as the OpenAI request that carries the same turns.
+    #[test]
+    fn golden_tool_conversation() {
+        let request = json!({
+            "model": "smart",
+            "max_tokens": 1024,
+            "system": [{"type": "text", "text": "You are a weather bot.", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{
+                "name": "get_weather",
+                "description": "Get the current weather in a given location",
+                "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+            }],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+            "messages": [
+                {"role": "user", "content": "What is the weather like in San Francisco?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "…", "signature": "x"},
+                    {"type": "text", "text": "I'll check."},
+                    {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather", "input": {"location": "San Francisco, CA"}}
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9", "content": [{"type": "text", "text": "15 degrees"}]},
+                    {"type": "text", "text": "Thanks!"}
+                ]}
+            ],
+            "stop_sequences": ["###"],
+            "temperature": 0.5,
+            "top_k": 5,
+            "metadata": {"user_id": "u-9"},
+            "stream": true
+        });
+        assert_eq!(
+            translate(request).unwrap(),
+            json!({
+                "model": "smart",
+                "messages": [
+                    {"role": "system", "content": "You are a weather bot."},
+                    {"role": "user", "content": "What is the weather like in San Francisco?"},
+                    {"role": "assistant", "content": "I'll check.", "tool_calls": [{
+                        "id": "toolu_01A09q90qw90lq917835lq9", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"location\":\"San Francisco, CA\"}"}
+                    }]},
+                    {"role": "tool", "tool_call_id": "toolu_01A09q90qw90lq917835lq9", "content": "15 degrees"},
+                    {"role": "user", "content": "Thanks!"}
+                ],
+                "max_tokens": 1024,
+                "temperature": 0.5,
+                "stream": true,
+                "stop": ["###"],
+                "user": "u-9",
+                "tools": [{"type": "function", "function": {
+                    "name": "get_weather",
+                    "description": "Get the current weather in a given location",
+                    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
+                }}],
+                "tool_choice": "required",
+                "parallel_tool_calls": false
+            })
+        );
+    }
+
+    #[test]
+    fn golden_images() {
+        let request = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
+            {"type": "image", "source": {"type": "url", "url": "https://upload.wikimedia.org/a.jpg"}},
+            {"type": "text", "text": "Describe these."}
+        ]}]});
+        assert_eq!(
+            translate(request).unwrap()["messages"][0]["content"],
+            json!([
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}},
+                {"type": "image_url", "image_url": {"url": "https://upload.wikimedia.org/a.jpg"}},
+                {"type": "text", "text": "Describe these."}
+            ])
+        );
+    }
+
+    #[test]
+    fn anthropic_only_features_are_rejected_by_name() {
+        let request = json!({"model": "m", "max_tokens": 10, "messages": [],
+            "tools": [{"type": "web_search_20250305", "name": "web_search"}]});
+        assert_eq!(
+            translate(request).unwrap_err().param,
+            Some("tools.0.type".into())
+        );
+        let request = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [
+            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "x"}}
+        ]}]});
+        assert_eq!(
+            translate(request).unwrap_err().param,
+            Some("messages.0.content.0.type".into())
+        );
+    }
+}

@@ -1,0 +1,123 @@
+//! Azure OpenAI: OpenAI's format at deployment URLs, with the `api-key` header.
+//!
+//! `base_url` is the resource endpoint (`https://{resource}.openai.azure.com`) and a step's
+//! `model` names the deployment: chat goes to
+//! `{base_url}/openai/deployments/{model}/chat/completions?api-version={api_version}` and
+//! embeddings to `.../embeddings?api-version=...`. Bodies and answers are OpenAI's, so the
+//! translation is the OpenAI family's.
+
+use bytes::Bytes;
+use reqwest::StatusCode;
+
+use super::stream::StreamTranslator;
+use super::{Adapter, ClientRequest, Decoded, Operation, Rejection, Target, openai};
+
+/// Azure OpenAI.
+pub struct AzureAdapter;
+
+impl Adapter for AzureAdapter {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection> {
+        let body = openai::encode(request, target.model, stream)?;
+        let url = url(target, request.operation);
+        let mut builder = openai::post(target, url, body, stream);
+        if let Some(key) = target.key {
+            builder = builder.header("api-key", key.secret.expose());
+        }
+        Ok(builder)
+    }
+
+    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+        openai::decode(request, body)
+    }
+
+    fn error_body(
+        &self,
+        request: &ClientRequest,
+        status: StatusCode,
+        body: &[u8],
+    ) -> Option<Bytes> {
+        openai::error_body(request, status, body)
+    }
+
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        openai::translator(request)
+    }
+}
+
+fn url(target: &Target<'_>, operation: Operation) -> String {
+    let path = match operation {
+        Operation::Chat => "chat/completions",
+        Operation::Embeddings => "embeddings",
+    };
+    let mut url = format!(
+        "{}/openai/deployments/{}/{path}",
+        target.provider.base_url,
+        encode_segment(target.model)
+    );
+    url.push_str("?api-version=");
+    url.push_str(&encode_segment(&target.provider.api_version));
+    url
+}
+
+/// Percent-encodes what is not safe in a path segment or query value; deployment names and
+/// API versions are plain, so this rarely changes anything.
+fn encode_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::keys::{KeyLease, Secret};
+    use crate::providers::ClientFormat;
+
+    #[test]
+    fn builds_the_deployment_url_with_api_key_and_version() {
+        let config = Config::parse(
+            "[[providers]]\nname = \"az\"\nkind = \"azure\"\nbase_url = \"https://res.openai.azure.com\"\napi_version = \"2024-10-21\"\n",
+        )
+        .unwrap();
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::new();
+        let key = KeyLease {
+            id: "k".into(),
+            secret: Secret::new("azure-secret"),
+        };
+        let target = Target {
+            client: &client,
+            provider: &config.providers[0],
+            key: Some(&key),
+            model: "gpt-4o-deploy",
+        };
+        let request = ClientRequest {
+            format: ClientFormat::OpenAi,
+            operation: Operation::Chat,
+            body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
+        };
+        let built = AzureAdapter
+            .request(&target, &request, false)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            built.url().as_str(),
+            "https://res.openai.azure.com/openai/deployments/gpt-4o-deploy/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(built.headers()["api-key"], "azure-secret");
+        assert!(built.headers().get("authorization").is_none());
+    }
+}

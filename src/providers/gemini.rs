@@ -1,0 +1,164 @@
+//! Google's Gemini API: generateContent, streamGenerateContent and embedContent.
+//!
+//! `base_url` is the API host (`https://generativelanguage.googleapis.com`). Chat goes to
+//! `{base_url}/v1beta/models/{model}:generateContent`, streams to
+//! `...:streamGenerateContent?alt=sse`, embeddings to `...:embedContent` (one input) or
+//! `...:batchEmbedContents` (several), with the `x-goog-api-key` header.
+//!
+//! Gemini's format never matches a client's, so every request is translated: `encode` writes
+//! an OpenAI request as Gemini's (an Anthropic client's request is first read as OpenAI's),
+//! `decode` reads answers and stream events as OpenAI's, and `embed` does embeddings.
+
+pub mod decode;
+pub mod embed;
+pub mod encode;
+
+use bytes::Bytes;
+use reqwest::StatusCode;
+
+use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::openai::stream::OpenAiSink;
+use super::stream::{StreamTranslator, Translating};
+use super::{
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, translate_error,
+};
+
+/// Google Gemini.
+pub struct GeminiAdapter;
+
+impl Adapter for GeminiAdapter {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection> {
+        let model = target.model.strip_prefix("models/").unwrap_or(target.model);
+        let (method, body) = match request.operation {
+            Operation::Embeddings => embed::request(&request.body, model)?,
+            Operation::Chat => {
+                let translated;
+                let openai = match request.format {
+                    ClientFormat::OpenAi => &request.body,
+                    ClientFormat::Anthropic => {
+                        translated = inbound_request::to_openai(&request.body)?;
+                        &translated
+                    }
+                };
+                let method = if stream {
+                    "streamGenerateContent?alt=sse"
+                } else {
+                    "generateContent"
+                };
+                (method, encode::from_openai(openai)?)
+            }
+        };
+        let url = format!(
+            "{}/v1beta/models/{model}:{method}",
+            target.provider.base_url
+        );
+        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream);
+        if let Some(key) = target.key {
+            builder = builder.header("x-goog-api-key", key.secret.expose());
+        }
+        Ok(builder)
+    }
+
+    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+        let response: serde_json::Value = serde_json::from_slice(body).ok()?;
+        if request.operation == Operation::Embeddings {
+            let answer = embed::to_openai(&response, &request.body)?;
+            return Some(Decoded {
+                body: super::to_bytes(&answer),
+                usage: None,
+            });
+        }
+        let completion = decode::to_openai(&response)?;
+        let usage = super::stream::chunk_usage(&completion);
+        let body = match request.format {
+            ClientFormat::OpenAi => super::to_bytes(&completion),
+            ClientFormat::Anthropic => {
+                super::to_bytes(&inbound_response::from_openai(&completion)?)
+            }
+        };
+        Some(Decoded { body, usage })
+    }
+
+    fn error_body(
+        &self,
+        request: &ClientRequest,
+        status: StatusCode,
+        body: &[u8],
+    ) -> Option<Bytes> {
+        Some(translate_error(request.format, status, body))
+    }
+
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        match request.format {
+            ClientFormat::OpenAi => Box::new(Translating::new(
+                decode::GeminiSource::default(),
+                OpenAiSink::new(request.asked_stream_usage()),
+            )),
+            ClientFormat::Anthropic => Box::new(Translating::new(
+                decode::GeminiSource::default(),
+                inbound_stream::AnthropicSink::default(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::keys::{KeyLease, Secret};
+
+    fn built(stream: bool, operation: Operation, body: &str) -> reqwest::Request {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = Config::parse("[[providers]]\nname = \"g\"\nkind = \"gemini\"\n").unwrap();
+        let client = reqwest::Client::new();
+        let key = KeyLease {
+            id: "k".into(),
+            secret: Secret::new("goog-secret"),
+        };
+        let target = Target {
+            client: &client,
+            provider: &config.providers[0],
+            key: Some(&key),
+            model: "models/gemini-2.5-flash",
+        };
+        let request = ClientRequest {
+            format: ClientFormat::OpenAi,
+            operation,
+            body: serde_json::from_str(body).unwrap(),
+        };
+        GeminiAdapter
+            .request(&target, &request, stream)
+            .unwrap()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn builds_generate_stream_and_embed_urls_with_the_goog_key() {
+        let chat = r#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
+        let whole = built(false, Operation::Chat, chat);
+        assert_eq!(
+            whole.url().as_str(),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
+        );
+        assert_eq!(whole.headers()["x-goog-api-key"], "goog-secret");
+        assert!(whole.headers().get("authorization").is_none());
+        let streamed = built(true, Operation::Chat, chat);
+        assert_eq!(
+            streamed.url().as_str(),
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+        );
+        let embed = built(
+            false,
+            Operation::Embeddings,
+            r#"{"model":"e","input":["a","b"]}"#,
+        );
+        assert!(embed.url().as_str().ends_with(":batchEmbedContents"));
+    }
+}

@@ -1,0 +1,41 @@
+//! `POST /v1/embeddings`: OpenAI's embeddings API through the chains, served by the OpenAI
+//! family, Azure or Gemini (translated). There is no degraded tier for embeddings: a canned
+//! vector would be a wrong answer, so exhaustion is a 503.
+
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::AppState;
+use super::chat::{Endpoint, handle};
+use super::error::ApiError;
+use crate::providers::{ClientFormat, Operation};
+
+const EMBEDDINGS: Endpoint = Endpoint {
+    format: ClientFormat::OpenAi,
+    operation: Operation::Embeddings,
+    check: check_embeddings,
+};
+
+pub async fn embeddings(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, &headers, body, &EMBEDDINGS).await
+}
+
+/// `input` is a string, or an array (of strings, or of token ids); embeddings never stream.
+fn check_embeddings(request: &Map<String, Value>) -> Result<bool, ApiError> {
+    match request.get("input") {
+        Some(Value::String(_)) => Ok(false),
+        Some(Value::Array(items)) if !items.is_empty() => Ok(false),
+        _ => Err(ApiError::InvalidRequest {
+            message: "`input` is required: a string or a non-empty array".into(),
+            param: Some("input"),
+        }),
+    }
+}

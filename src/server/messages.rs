@@ -1,0 +1,60 @@
+//! `POST /v1/messages`: Anthropic's Messages API in and out, routed through the same chains
+//! as chat completions. Steps on Anthropic providers get the request as it came (only `model`
+//! rewritten); other steps get its translation, and their answers come back as Anthropic's.
+
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::AppState;
+use super::chat::{Endpoint, handle, stream_flag};
+use super::error::ApiError;
+use crate::providers::{ClientFormat, Operation};
+
+const MESSAGES: Endpoint = Endpoint {
+    format: ClientFormat::Anthropic,
+    operation: Operation::Chat,
+    check: check_message,
+};
+
+pub async fn messages(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, &headers, body, &MESSAGES).await
+}
+
+/// The Messages API's own fields. `max_tokens` may be left out: Anthropic steps fill in the
+/// provider's `default_max_tokens`, and other providers do not need it.
+fn check_message(request: &Map<String, Value>) -> Result<bool, ApiError> {
+    if !matches!(request.get("messages"), Some(Value::Array(_))) {
+        return Err(ApiError::InvalidRequest {
+            message: "messages: Field required (an array of turns)".into(),
+            param: Some("messages"),
+        });
+    }
+    match request.get("max_tokens") {
+        None => {}
+        Some(max) if max.as_u64().is_some_and(|m| m >= 1) => {}
+        Some(_) => {
+            return Err(ApiError::InvalidRequest {
+                message: "max_tokens: must be an integer of at least 1".into(),
+                param: Some("max_tokens"),
+            });
+        }
+    }
+    match request.get("system") {
+        None | Some(Value::String(_)) | Some(Value::Array(_)) => {}
+        Some(_) => {
+            return Err(ApiError::InvalidRequest {
+                message: "system: must be a string or an array of text blocks".into(),
+                param: Some("system"),
+            });
+        }
+    }
+    stream_flag(request)
+}
