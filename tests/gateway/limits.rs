@@ -485,3 +485,44 @@ mod redis {
         assert_eq!(ready["status"], "ready");
     }
 }
+
+#[tokio::test]
+async fn anthropic_clients_authenticate_by_x_api_key_and_are_refused_in_their_shape() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let roles = "[[roles]]\nname = \"ae\"\nrequests_per_minute = 1\n";
+    let config = format!(
+        "[auth]\nrequired = true\n{roles}{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "m")], "")
+    );
+    let gateway = gateway(&config).await;
+    let client = client();
+    let key = key(&gateway, "ana").await;
+    let send_message = || {
+        client
+            .post(format!("{}/v1/messages", gateway.url()))
+            .header("x-api-key", &key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&message("smart", false))
+            .send()
+    };
+    let first = send_message().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let refused = send_message().await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(!header(&refused, "retry-after").is_empty());
+    assert_eq!(header(&refused, "x-ratelimit-remaining-requests"), "0");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+
+    let unauthenticated = client
+        .post(format!("{}/v1/messages", gateway.url()))
+        .json(&message("smart", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status(), 401);
+    let body: Value = unauthenticated.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "authentication_error", "{body}");
+}
