@@ -8,6 +8,8 @@ pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::keys::vault::Sealed;
+
 pub use sqlite::SqliteStore;
 
 /// Why the store failed.
@@ -59,6 +61,60 @@ impl VirtualKey {
     }
 }
 
+/// Where a version of a provider key stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyState {
+    /// The version in use.
+    Active,
+    /// Replaced by a rotation; a rollback within the window restores it.
+    History,
+    /// Rolled back from; never used again.
+    Retired,
+}
+
+impl KeyState {
+    /// The name `keys list` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyState::Active => "active",
+            KeyState::History => "history",
+            KeyState::Retired => "retired",
+        }
+    }
+}
+
+/// A provider key to store (a new key, or a rotation of an existing id).
+#[derive(Clone, Debug)]
+pub struct NewProviderKey {
+    pub provider: String,
+    pub key_id: String,
+    pub sealed: Sealed,
+    pub weight: u32,
+    pub expires_ms: Option<i64>,
+}
+
+/// One version of a provider key, as stored: the secret only sealed.
+#[derive(Clone, Debug)]
+pub struct ProviderKeyRow {
+    pub provider: String,
+    pub key_id: String,
+    pub version: i64,
+    pub sealed: Sealed,
+    pub weight: u32,
+    pub created_ms: i64,
+    /// When this version was replaced (rotation) or retired (rollback).
+    pub rotated_ms: Option<i64>,
+    pub expires_ms: Option<i64>,
+    pub state: KeyState,
+}
+
+impl ProviderKeyRow {
+    /// Whether a request may use this version now.
+    pub fn usable(&self, now_ms: i64) -> bool {
+        self.state == KeyState::Active && self.expires_ms.is_none_or(|at| at > now_ms)
+    }
+}
+
 /// The store, whichever backend holds it.
 #[derive(Clone)]
 pub enum Store {
@@ -95,6 +151,48 @@ impl Store {
     pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.revoke_virtual_key(key_or_id).await,
+        }
+    }
+
+    /// Stores a provider key, rotating an existing id; returns the new version.
+    pub async fn put_provider_key(&self, key: NewProviderKey) -> Result<i64, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.put_provider_key(key).await,
+        }
+    }
+
+    /// Every version of every provider key.
+    pub async fn provider_keys(&self) -> Result<Vec<ProviderKeyRow>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.provider_keys().await,
+        }
+    }
+
+    /// Restores the version a rotation replaced within `window_ms`; `None` when there is none.
+    pub async fn rollback_provider_key(&self, provider: &str, key_id: &str, window_ms: i64) -> Result<Option<i64>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.rollback_provider_key(provider, key_id, window_ms).await,
+        }
+    }
+
+    /// Removes a provider key with its history.
+    pub async fn remove_provider_key(&self, provider: &str, key_id: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.remove_provider_key(provider, key_id).await,
+        }
+    }
+
+    /// Deletes expired keys and history older than the rollback window.
+    pub async fn purge_provider_keys(&self, window_ms: i64) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.purge_provider_keys(window_ms).await,
+        }
+    }
+
+    /// The master key's check value, stored on first use and compared ever after.
+    pub async fn master_key_check(&self, fresh: Sealed) -> Result<Sealed, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.init_sealed_meta("master_key_check", fresh).await,
         }
     }
 

@@ -1,5 +1,7 @@
 //! The embedded store: one SQLite file, migrated on open.
 
+mod provider_keys;
+
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -25,6 +27,20 @@ const MIGRATIONS: &[&str] = &[
          created_ms INTEGER NOT NULL,
          revoked_ms INTEGER
      );",
+    "CREATE TABLE provider_keys (
+         provider TEXT NOT NULL,
+         key_id TEXT NOT NULL,
+         version INTEGER NOT NULL,
+         nonce BLOB NOT NULL,
+         ciphertext BLOB NOT NULL,
+         weight INTEGER NOT NULL,
+         created_ms INTEGER NOT NULL,
+         rotated_ms INTEGER,
+         expires_ms INTEGER,
+         state TEXT NOT NULL,
+         PRIMARY KEY (provider, key_id, version)
+     );
+     CREATE TABLE sealed_meta (name TEXT PRIMARY KEY, nonce BLOB NOT NULL, ciphertext BLOB NOT NULL);",
 ];
 
 /// SQLite behind one connection: the single writer.
@@ -79,7 +95,7 @@ impl SqliteStore {
     }
 
     /// Runs `work` on the blocking pool with the connection.
-    async fn with<T: Send + 'static>(
+    pub(super) async fn with<T: Send + 'static>(
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
@@ -196,7 +212,7 @@ pub fn hash_key(key: &str) -> String {
         .collect()
 }
 
-fn bump_generation(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+pub(super) fn bump_generation(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
     tx.execute(
         "UPDATE meta SET value = value + 1 WHERE key = 'generation'",
         [],
