@@ -45,7 +45,8 @@ impl Outcome {
     }
 }
 
-/// One upstream attempt, or one step skipped without an attempt (`no_key`, `deadline`).
+/// One upstream attempt, or one step skipped without an attempt (`no_key`, `deadline`,
+/// `circuit_open`, `benched`).
 #[derive(Clone, Debug)]
 pub struct AttemptRecord {
     pub step: usize,
@@ -62,7 +63,12 @@ impl AttemptRecord {
     pub fn reached_upstream(&self) -> bool {
         !matches!(
             self.failure,
-            Some(FailureClass::NoKey | FailureClass::Deadline)
+            Some(
+                FailureClass::NoKey
+                    | FailureClass::Deadline
+                    | FailureClass::CircuitOpen
+                    | FailureClass::Benched
+            )
         )
     }
 }
