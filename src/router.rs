@@ -4,6 +4,7 @@
 //! the waits between attempts. The loop knows nothing of wire formats: an [`Attempter`] makes
 //! each attempt and reports it.
 
+pub mod balance;
 pub mod breaker;
 pub mod chain;
 pub mod classify;
