@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, Route};
 use crate::keys::{KeyRing, Secret};
+use crate::router::Health;
 use crate::telemetry::{Telemetry, TelemetryWriter};
 
 /// Everything a request needs; cheap to clone.
@@ -43,6 +44,8 @@ pub struct Shared {
     pub routes: Vec<Arc<Route>>,
     pub client: reqwest::Client,
     pub keys: KeyRing,
+    /// Every deployment's breaker and latency, shared by all requests.
+    pub health: Health,
     pub telemetry: Telemetry,
     /// The admin API's bearer token; `None` turns the admin API off.
     pub admin_token: Option<Secret>,
@@ -102,11 +105,13 @@ impl AppState {
         let (telemetry, writer) = Telemetry::start();
         let keys = KeyRing::from_env(&config);
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
+        let health = Health::new(config.breaker.clone());
         let shared = Shared {
             config,
             routes,
             client,
             keys,
+            health,
             telemetry,
             admin_token: options.admin_token,
             draining: AtomicBool::new(false),
@@ -244,8 +249,8 @@ impl Gateway {
 async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
     let mut ids: Vec<String> = state.routes.iter().map(|r| r.name.to_string()).collect();
     for route in &state.routes {
-        for step in &route.steps {
-            let direct = format!("{}/{}", step.provider, step.model);
+        for deployment in route.steps.iter().flat_map(|s| &s.deployments) {
+            let direct = format!("{}/{}", deployment.provider, deployment.model);
             if !ids.contains(&direct) {
                 ids.push(direct);
             }

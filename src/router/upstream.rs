@@ -11,7 +11,7 @@ use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
 use super::classify::{FailureClass, classify_status, classify_transport};
-use crate::config::{Provider, Step};
+use crate::config::{Deployment, Provider};
 use crate::keys::KeyLease;
 use crate::providers::openai::{self, ChunkKind};
 use crate::providers::sse::{SseError, SseEvent, SseReader};
@@ -49,7 +49,7 @@ impl Attempter for JsonAttempter<'_> {
 
     async fn attempt(
         &mut self,
-        step: &Step,
+        step: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
@@ -106,7 +106,7 @@ impl Attempter for StreamAttempter<'_> {
 
     async fn attempt(
         &mut self,
-        step: &Step,
+        step: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
