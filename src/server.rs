@@ -129,6 +129,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/admin/breakers", get(admin::breakers::list))
+        .route("/admin/breakers/reset", post(admin::breakers::reset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -223,6 +225,11 @@ impl Gateway {
         &self.state.keys
     }
 
+    /// Every deployment's breaker, as the admin API shows them.
+    pub fn health(&self) -> &Health {
+        &self.state.health
+    }
+
     /// The request log's sending side, to read recent records.
     pub fn telemetry(&self) -> &Telemetry {
         &self.state.telemetry
@@ -264,6 +271,7 @@ async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    admin::breakers::export(&state);
     let body = state.telemetry.metrics.render();
     (
         [(

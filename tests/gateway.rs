@@ -4,6 +4,7 @@
 mod gateway {
     pub mod support;
 
+    mod breakers;
     mod fallback;
     mod lifecycle;
     mod passthrough;
