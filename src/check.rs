@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::config::{Config, format_duration};
+use crate::config::{Balance, Config, format_duration};
 
 /// A readable report of every route's chain and worst-case latency budget.
 pub fn report(config: &Config) -> String {
@@ -27,7 +27,25 @@ pub fn report(config: &Config) -> String {
     for route in &config.routes {
         let _ = writeln!(out, "\nroute {}", route.name);
         for (index, step) in route.steps.iter().enumerate() {
-            let _ = writeln!(out, "  step {index}: {} / {}", step.provider, step.model);
+            match step.deployments.as_slice() {
+                [only] => {
+                    let _ = writeln!(out, "  step {index}: {} / {}", only.provider, only.model);
+                }
+                several => {
+                    let balance = match step.balance {
+                        Balance::Weighted => "by weight",
+                        Balance::Latency => "by latency",
+                    };
+                    let _ = writeln!(out, "  step {index}: balanced {balance} over");
+                    for d in several {
+                        let _ = writeln!(
+                            out,
+                            "    {} / {} (weight {})",
+                            d.provider, d.model, d.weight
+                        );
+                    }
+                }
+            }
         }
         match &route.degraded {
             Some(_) => {
@@ -80,5 +98,28 @@ request_deadline = "60s"
         assert!(report.contains("degraded tier"), "{report}");
         // Two single attempts of 2 s each, no retries: 4 s, well under the deadline.
         assert!(report.contains("worst case: 4s\n"), "{report}");
+    }
+
+    #[test]
+    fn shows_each_balanced_deployment_with_its_weight() {
+        let config = Config::parse(
+            r#"
+[[providers]]
+name = "a"
+kind = "openai"
+base_url = "http://127.0.0.1:1"
+[[routes]]
+name = "spread"
+steps = [{ deployments = [{ provider = "a", model = "m1", weight = 3 }, { provider = "a", model = "m2" }] }]
+"#,
+        )
+        .unwrap();
+        let report = report(&config);
+        assert!(
+            report.contains("step 0: balanced by weight over\n"),
+            "{report}"
+        );
+        assert!(report.contains("    a / m1 (weight 3)\n"), "{report}");
+        assert!(report.contains("    a / m2 (weight 1)\n"), "{report}");
     }
 }

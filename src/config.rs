@@ -167,11 +167,46 @@ pub struct Provider {
     pub api_version: String,
 }
 
-/// One step of a chain: a model at a provider.
-#[derive(Clone, Debug)]
-pub struct Step {
+/// One place a step can send a request: a model at a provider. With the provider's key,
+/// it is what a circuit breaker watches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Deployment {
     pub provider: ProviderId,
     pub model: ModelName,
+    /// Its share of the step's traffic, relative to the others' weights; at least 1.
+    pub weight: u32,
+}
+
+/// How a step with several deployments chooses among the healthy ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Balance {
+    /// In proportion to their weights (smooth weighted round robin).
+    #[default]
+    Weighted,
+    /// The one with the lowest recent latency (an EWMA) first.
+    Latency,
+}
+
+/// One step of a chain: one deployment, or several balanced as one.
+#[derive(Clone, Debug)]
+pub struct Step {
+    /// Never empty: validation guarantees at least one.
+    pub deployments: Vec<Deployment>,
+    pub balance: Balance,
+}
+
+impl Step {
+    /// A step of one deployment: `{ provider = "a", model = "m" }`.
+    pub fn single(provider: ProviderId, model: ModelName) -> Step {
+        Step {
+            deployments: vec![Deployment {
+                provider,
+                model,
+                weight: 1,
+            }],
+            balance: Balance::Weighted,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

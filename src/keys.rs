@@ -47,12 +47,24 @@ pub struct KeyLease {
 struct ProviderKey {
     lease: KeyLease,
     benched_until: Option<Instant>,
+    /// Its share of the provider's traffic, relative to the other keys'.
+    weight: u32,
+    /// Smooth weighted round robin's running value (see `router::balance`).
+    current: i64,
+}
+
+impl ProviderKey {
+    fn usable(&self, now: Instant, tried: &[Arc<str>]) -> bool {
+        let benched = self.benched_until.is_some_and(|until| until > now);
+        !benched && !tried.contains(&self.lease.id)
+    }
 }
 
 /// Every provider's keys, with the benches that 401/403 answers put them on.
 #[derive(Default)]
 pub struct KeyRing {
-    // A sync mutex: held for a few instructions, never across an await.
+    // A sync mutex: held for a few instructions, never across an await. The router's health
+    // table calls in while holding its own lock, so nothing here may call back out.
     providers: Mutex<HashMap<ProviderId, Vec<ProviderKey>>>,
 }
 
@@ -72,8 +84,14 @@ impl KeyRing {
         ring
     }
 
-    /// Adds a key, or replaces the key of the same id.
+    /// Adds a key of weight 1, or replaces the key of the same id.
     pub fn put(&self, provider: &ProviderId, id: &str, secret: Secret) {
+        self.put_weighted(provider, id, secret, 1);
+    }
+
+    /// Adds a key that takes `weight` shares of the provider's traffic (at least 1), or
+    /// replaces the key of the same id.
+    pub fn put_weighted(&self, provider: &ProviderId, id: &str, secret: Secret, weight: u32) {
         let mut providers = self.lock();
         let keys = providers.entry(provider.clone()).or_default();
         keys.retain(|k| &*k.lease.id != id);
@@ -83,17 +101,51 @@ impl KeyRing {
                 secret,
             },
             benched_until: None,
+            weight: weight.max(1),
+            current: 0,
         });
     }
 
-    /// The first key of the provider that is not benched and not in `tried`.
+    /// A key of the provider that is not benched and not in `tried`, chosen by weight.
     pub fn pick(&self, provider: &ProviderId, tried: &[Arc<str>]) -> Option<KeyLease> {
+        self.pick_where(provider, tried, |_| true)
+    }
+
+    /// Like [`KeyRing::pick`], among the keys whose id `eligible` accepts too (the router
+    /// passes the keys whose breaker admits).
+    pub fn pick_where(
+        &self,
+        provider: &ProviderId,
+        tried: &[Arc<str>],
+        mut eligible: impl FnMut(&str) -> bool,
+    ) -> Option<KeyLease> {
+        let now = Instant::now();
+        let mut providers = self.lock();
+        let mut candidates: Vec<&mut ProviderKey> = providers
+            .get_mut(provider)?
+            .iter_mut()
+            .filter(|key| key.usable(now, tried) && eligible(&key.lease.id))
+            .collect();
+        let weights = candidates
+            .iter_mut()
+            .map(|key| {
+                let weight = key.weight;
+                (&mut key.current, weight)
+            })
+            .collect();
+        let chosen = crate::router::balance::smooth_pick(weights)?;
+        Some(candidates[chosen].lease.clone())
+    }
+
+    /// The ids of the provider's keys that are neither benched nor in `tried`.
+    pub fn usable(&self, provider: &ProviderId, tried: &[Arc<str>]) -> Vec<Arc<str>> {
         let now = Instant::now();
         let providers = self.lock();
-        providers.get(provider)?.iter().find_map(|key| {
-            let benched = key.benched_until.is_some_and(|until| until > now);
-            let fresh = !tried.contains(&key.lease.id);
-            (!benched && fresh).then(|| key.lease.clone())
+        providers.get(provider).map_or_else(Vec::new, |keys| {
+            keys.iter()
+                .filter(|key| key.usable(now, tried))
+                .map(|key| key.lease.id.clone())
+                .collect()
         })
     }
 
@@ -142,5 +194,22 @@ mod tests {
         assert!(ring.pick(&provider(), &[Arc::from("b")]).is_none());
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(&*ring.pick(&provider(), &[]).unwrap().id, "a");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keys_share_traffic_by_weight_among_the_usable_ones() {
+        let ring = KeyRing::default();
+        ring.put_weighted(&provider(), "big", Secret::new("1"), 3);
+        ring.put(&provider(), "small", Secret::new("2"));
+        let mut picks = Vec::new();
+        for _ in 0..8 {
+            picks.push(ring.pick(&provider(), &[]).unwrap().id.to_string());
+        }
+        assert_eq!(picks.iter().filter(|id| *id == "big").count(), 6);
+        ring.bench(&provider(), "big", Duration::from_secs(60));
+        assert_eq!(&*ring.pick(&provider(), &[]).unwrap().id, "small");
+        assert_eq!(ring.usable(&provider(), &[]), [Arc::from("small")]);
+        let only_big = ring.pick_where(&provider(), &[], |id| id == "big");
+        assert!(only_big.is_none());
     }
 }

@@ -1,16 +1,21 @@
 //! Routing: which chain a request takes, and the attempt loop that walks it.
 //!
 //! `chain` runs the loop, `classify` decides what each failure means, and `retry` computes
-//! the waits between attempts. The loop knows nothing of wire formats: an [`Attempter`] makes
-//! each attempt and reports it.
+//! the waits between attempts. `health` remembers how each deployment has done lately: its
+//! `breaker`, and what `balance` needs to choose among a step's deployments. The loop knows
+//! nothing of wire formats: an [`Attempter`] makes each attempt and reports it.
 
+pub mod balance;
+pub mod breaker;
 pub mod chain;
 pub mod classify;
+pub mod health;
 pub mod retry;
 pub mod upstream;
 
 pub use chain::{Attempt, Attempter, ChainEnd, ChainRun, Failure, UpstreamReply, run_chain};
 pub use classify::{Action, FailureClass};
+pub use health::Health;
 
 use std::sync::Arc;
 
@@ -31,10 +36,10 @@ pub fn resolve_route(config: &Config, routes: &[Arc<Route>], model: &str) -> Opt
     }
     Some(Arc::new(Route {
         name: RouteName(Arc::from(model)),
-        steps: vec![Step {
-            provider: ProviderId(provider.id.0.clone()),
-            model: ModelName(Arc::from(upstream_model)),
-        }],
+        steps: vec![Step::single(
+            ProviderId(provider.id.0.clone()),
+            ModelName(Arc::from(upstream_model)),
+        )],
         fallback_on_context_length: false,
         degraded: None,
     }))

@@ -9,6 +9,7 @@ mod chat;
 mod degraded;
 mod embeddings;
 mod error;
+mod listener;
 mod messages;
 mod stream;
 
@@ -36,6 +37,7 @@ use crate::auth::Directory;
 use crate::config::{Config, FailMode, Route};
 use crate::keys::{KeyRing, Secret};
 use crate::limits::Limits;
+use crate::router::Health;
 use crate::store::{Store, StoreError};
 use crate::telemetry::{Telemetry, TelemetryWriter};
 
@@ -53,9 +55,13 @@ pub struct Shared {
     /// Every live virtual key, kept current from the store.
     pub directory: Arc<Directory>,
     pub limits: Limits,
+    /// Every deployment's breaker and latency, shared by all requests.
+    pub health: Health,
     pub telemetry: Telemetry,
     /// The admin API's bearer token; `None` turns the admin API off.
     pub admin_token: Option<Secret>,
+    /// Client connections open now.
+    pub open_connections: Arc<tokio::sync::watch::Sender<usize>>,
     /// Set once shutdown begins, so `/readyz` tells load balancers to stop sending.
     pub draining: AtomicBool,
 }
@@ -124,6 +130,7 @@ impl AppState {
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let keys = KeyRing::from_env(&config);
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
+        let health = Health::new(config.breaker.clone());
         let shared = Shared {
             config,
             routes,
@@ -132,8 +139,10 @@ impl AppState {
             store,
             directory,
             limits,
+            health,
             telemetry,
             admin_token: options.admin_token,
+            open_connections: Arc::new(tokio::sync::watch::Sender::new(0)),
             draining: AtomicBool::new(false),
         };
         Ok((AppState(Arc::new(shared)), writer))
@@ -151,6 +160,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/admin/breakers", get(admin::breakers::list))
+        .route("/admin/breakers/reset", post(admin::breakers::reset))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -181,6 +192,7 @@ async fn serve_state(
         draining_state.draining.store(true, Ordering::SeqCst);
         tracing::info!("shutting down: draining in-flight requests");
     };
+    let listener = listener::CountingListener::new(listener, state.open_connections.clone());
     let result = axum::serve(listener, app(state))
         .with_graceful_shutdown(shutdown)
         .await;
@@ -257,6 +269,18 @@ impl Gateway {
         }
     }
 
+    /// Every deployment's breaker, as the admin API shows them.
+    pub fn health(&self) -> &Health {
+        &self.state.health
+    }
+
+    /// Resolves once the count of open client connections satisfies `ready`.
+    pub async fn wait_connections(&self, ready: impl FnMut(&usize) -> bool) {
+        let mut open = self.state.open_connections.subscribe();
+        // The sender lives in the state we hold, so the channel cannot close while we wait.
+        let _ = open.wait_for(ready).await;
+    }
+
     /// The request log's sending side, to read recent records.
     pub fn telemetry(&self) -> &Telemetry {
         &self.state.telemetry
@@ -283,8 +307,8 @@ impl Gateway {
 async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
     let mut ids: Vec<String> = state.routes.iter().map(|r| r.name.to_string()).collect();
     for route in &state.routes {
-        for step in &route.steps {
-            let direct = format!("{}/{}", step.provider, step.model);
+        for deployment in route.steps.iter().flat_map(|s| &s.deployments) {
+            let direct = format!("{}/{}", deployment.provider, deployment.model);
             if !ids.contains(&direct) {
                 ids.push(direct);
             }
@@ -298,6 +322,7 @@ async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
+    admin::breakers::export(&state);
     let body = state.telemetry.metrics.render();
     (
         [(

@@ -169,14 +169,27 @@ impl Store {
     }
 
     /// Restores the version a rotation replaced within `window_ms`; `None` when there is none.
-    pub async fn rollback_provider_key(&self, provider: &str, key_id: &str, window_ms: i64) -> Result<Option<i64>, StoreError> {
+    pub async fn rollback_provider_key(
+        &self,
+        provider: &str,
+        key_id: &str,
+        window_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
         match self {
-            Store::Sqlite(store) => store.rollback_provider_key(provider, key_id, window_ms).await,
+            Store::Sqlite(store) => {
+                store
+                    .rollback_provider_key(provider, key_id, window_ms)
+                    .await
+            }
         }
     }
 
     /// Removes a provider key with its history.
-    pub async fn remove_provider_key(&self, provider: &str, key_id: &str) -> Result<bool, StoreError> {
+    pub async fn remove_provider_key(
+        &self,
+        provider: &str,
+        key_id: &str,
+    ) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.remove_provider_key(provider, key_id).await,
         }

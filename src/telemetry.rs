@@ -45,7 +45,8 @@ impl Outcome {
     }
 }
 
-/// One upstream attempt, or one step skipped without an attempt (`no_key`, `deadline`).
+/// One upstream attempt, or one step skipped without an attempt (`no_key`, `deadline`,
+/// `circuit_open`, `benched`).
 #[derive(Clone, Debug)]
 pub struct AttemptRecord {
     pub step: usize,
@@ -62,7 +63,12 @@ impl AttemptRecord {
     pub fn reached_upstream(&self) -> bool {
         !matches!(
             self.failure,
-            Some(FailureClass::NoKey | FailureClass::Deadline)
+            Some(
+                FailureClass::NoKey
+                    | FailureClass::Deadline
+                    | FailureClass::CircuitOpen
+                    | FailureClass::Benched
+            )
         )
     }
 }
@@ -136,6 +142,8 @@ pub struct Telemetry {
     log: Arc<RecentLog>,
     /// Counted as records are written, so metrics and the log always agree.
     pub metrics: Arc<metrics::Metrics>,
+    /// Requests begun whose record is not sent yet: every request task still alive.
+    in_flight: Arc<watch::Sender<usize>>,
 }
 
 /// The writer task; awaiting [`TelemetryWriter::finish`] after every sender is gone flushes it.
@@ -174,6 +182,7 @@ impl Telemetry {
                 queue,
                 log,
                 metrics,
+                in_flight: Arc::new(watch::Sender::new(0)),
             },
             TelemetryWriter(writer),
         )
@@ -205,6 +214,13 @@ impl Telemetry {
         let mut written = self.log.written.subscribe();
         // The sender lives as long as `self`, so this cannot fail while we wait.
         let _ = written.wait_for(|n| *n >= count).await;
+    }
+
+    /// Resolves once no request is in flight.
+    pub async fn wait_idle(&self) {
+        let mut in_flight = self.in_flight.subscribe();
+        // The sender lives in `self`, so the channel cannot close while we wait.
+        let _ = in_flight.wait_for(|n| *n == 0).await;
     }
 
     /// How many records have been written since start.
@@ -256,6 +272,7 @@ pub struct RecordGuard {
 impl RecordGuard {
     /// Starts the record of a request that just arrived.
     pub fn new(telemetry: Telemetry, record: RequestRecord) -> RecordGuard {
+        telemetry.in_flight.send_modify(|n| *n += 1);
         RecordGuard {
             record: Some(record),
             telemetry,
@@ -283,6 +300,9 @@ impl RecordGuard {
         if let Some(mut record) = self.record.take() {
             record.latency = self.started.elapsed();
             self.telemetry.record(record);
+            self.telemetry
+                .in_flight
+                .send_modify(|n| *n = n.saturating_sub(1));
         }
     }
 }

@@ -5,6 +5,7 @@ mod gateway {
     pub mod services;
     pub mod support;
 
+    mod breakers;
     mod cross_vendor;
     mod embeddings;
     mod fallback;

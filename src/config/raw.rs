@@ -95,11 +95,23 @@ pub struct RawRoute {
     pub degraded: Option<RawDegraded>,
 }
 
+/// Either the short form `{ provider, model }` or `{ deployments = [...], balance }`;
+/// `validate` checks that exactly one form is used, so its errors can name the field.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStep {
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub deployments: Option<Vec<RawDeployment>>,
+    pub balance: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDeployment {
     pub provider: String,
     pub model: String,
+    pub weight: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,5 +1,7 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
+mod steps;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -311,22 +313,12 @@ fn routes(errors: &mut Errors, raw: Vec<RawRoute>, providers: &[Provider]) -> Ve
                 "a route needs at least one step",
             );
         }
-        let mut steps = Vec::with_capacity(r.steps.len());
-        for (j, s) in r.steps.into_iter().enumerate() {
-            if !providers.iter().any(|p| p.id.as_str() == s.provider) {
-                errors.add(
-                    format!("routes[{i}].steps[{j}].provider"),
-                    format!("no provider is named `{}`", s.provider),
-                );
-            }
-            if s.model.is_empty() {
-                errors.add(format!("routes[{i}].steps[{j}].model"), "must not be empty");
-            }
-            steps.push(Step {
-                provider: ProviderId(Arc::from(s.provider.as_str())),
-                model: ModelName(Arc::from(s.model.as_str())),
-            });
-        }
+        let steps = r
+            .steps
+            .into_iter()
+            .enumerate()
+            .map(|(j, s)| steps::step(errors, &format!("routes[{i}].steps[{j}]"), s, providers))
+            .collect();
         routes.push(Route {
             name: RouteName(Arc::from(r.name.as_str())),
             steps,
@@ -416,6 +408,9 @@ fn breaker(errors: &mut Errors, raw: RawBreaker) -> BreakerConfig {
     };
     if !(breaker.failure_rate > 0.0 && breaker.failure_rate <= 1.0) {
         errors.add("breaker.failure_rate", "must be in (0, 1]");
+    }
+    if breaker.window.is_zero() {
+        errors.add("breaker.window", "must be greater than 0");
     }
     if breaker.consecutive_failures == 0 {
         errors.add("breaker.consecutive_failures", "must be at least 1");
@@ -554,5 +549,7 @@ base_url = "http://127.0.0.1:1/v1"
         assert_eq!(config.server.max_body_bytes, 4 * 1024 * 1024);
         assert!(config.auth.required);
         assert_eq!(config.providers[0].base_url, "http://127.0.0.1:1/v1");
+        assert_eq!(config.breaker.consecutive_failures, 5);
+        assert_eq!(config.breaker.cooldown, std::time::Duration::from_secs(60));
     }
 }

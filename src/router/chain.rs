@@ -1,8 +1,8 @@
 //! The attempt loop: walk a route's steps in order, retrying, benching keys and moving on
-//! as `classify` says, within the request's attempt budget and deadline.
+//! as `classify` says, within the request's attempt budget and deadline, skipping what the
+//! breakers hold open.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,8 +10,10 @@ use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
+use super::breaker::Verdict;
 use super::classify::{Action, FailureClass};
-use crate::config::{Config, Provider, Route, Step};
+use super::health::{Health, Permit, Tried};
+use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
 use crate::telemetry::AttemptRecord;
 
@@ -49,15 +51,15 @@ pub enum Attempt<T> {
     Failed(Failure),
 }
 
-/// Makes one attempt at one step. The chain owns the order, budgets and waits.
+/// Makes one attempt at one deployment. The chain owns the order, budgets and waits.
 pub trait Attempter {
     /// What a served attempt hands back (a body, or a committed stream).
     type Output;
 
-    /// Tries `step` once with `key`, giving up after `timeout`.
+    /// Tries `deployment` once with `key`, giving up after `timeout`.
     fn attempt(
         &mut self,
-        step: &Step,
+        deployment: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
         timeout: Duration,
@@ -81,6 +83,9 @@ pub struct ChainRun<T> {
     pub attempts: Vec<AttemptRecord>,
     /// Time spent waiting on upstreams, and sleeping between retries: not the gateway's own.
     pub upstream_time: Duration,
+    /// The deployment whose answer ended the chain: the one that served, or whose error the
+    /// client gets. A step may have several, so the step index alone does not say.
+    pub answered_by: Option<Deployment>,
 }
 
 impl<T> ChainRun<T> {
@@ -97,115 +102,116 @@ impl<T> ChainRun<T> {
 pub struct ChainInputs<'a> {
     pub config: &'a Config,
     pub keys: &'a KeyRing,
+    /// Breakers, latency estimates and balancing state, shared by every request.
+    pub health: &'a Health,
     pub route: &'a Route,
     /// The first step to try: 1 when an operator forces a fallback.
     pub first_step: usize,
     pub deadline: Instant,
 }
 
+/// What a failed attempt leaves the loop to do.
+struct Failed {
+    action: Action,
+    key: Option<KeyLease>,
+    /// Whether its answer benched the deployment (a `retry-after`).
+    benched: bool,
+}
+
+/// The loop's running totals.
+struct Walk<'a, T> {
+    inputs: ChainInputs<'a>,
+    run: ChainRun<T>,
+    total_attempts: u32,
+}
+
 /// Walks the route's steps until one serves, one must be returned, or the budgets run out.
+///
+/// Within a step, the health table chooses among the deployments (and keys) whose breakers
+/// admit, by the step's balance. A failure that another key can fix tries another key; one
+/// that it cannot tries the step's other deployments, then the next step. A step with
+/// nothing admissible is skipped at no cost. If every step was skipped as open, the
+/// deployment whose cooldown ends soonest is probed anyway.
 pub async fn run_chain<A: Attempter>(
     inputs: ChainInputs<'_>,
     attempter: &mut A,
 ) -> ChainRun<A::Output> {
-    let retry = &inputs.config.retry;
-    let backoff = retry.backoff;
-    let mut run = ChainRun {
-        end: ChainEnd::Exhausted,
-        attempts: Vec::new(),
-        upstream_time: Duration::ZERO,
+    let mut walk = Walk {
+        inputs,
+        run: ChainRun {
+            end: ChainEnd::Exhausted,
+            attempts: Vec::new(),
+            upstream_time: Duration::ZERO,
+            answered_by: None,
+        },
+        total_attempts: 0,
     };
-    let mut total_attempts = 0u32;
+    let inputs = &walk.inputs;
+    let (config, route, health) = (inputs.config, inputs.route, inputs.health);
+    let retry = &config.retry;
+    let mut skipped_open = false;
 
-    'steps: for (index, step) in inputs
-        .route
-        .steps
-        .iter()
-        .enumerate()
-        .skip(inputs.first_step)
-    {
-        let Some(provider) = inputs.config.provider(&step.provider) else {
-            continue;
-        };
+    'steps: for (index, step) in route.steps.iter().enumerate().skip(inputs.first_step) {
+        let mut tried = Tried::default();
         let mut step_attempts = 0u32;
-        let mut tried_keys: Vec<Arc<str>> = Vec::new();
         loop {
-            if total_attempts >= retry.max_attempts {
+            if walk.total_attempts >= retry.max_attempts {
                 break 'steps;
             }
             let now = Instant::now();
-            let remaining = inputs.deadline.saturating_duration_since(now);
+            let remaining = walk.inputs.deadline.saturating_duration_since(now);
             if remaining.is_zero() {
-                run.attempts
-                    .push(skipped(index, step, FailureClass::Deadline));
+                let first = &step.deployments[0];
+                walk.run
+                    .attempts
+                    .push(skipped(index, first, FailureClass::Deadline));
                 break 'steps;
             }
-            let key = if provider.key_required {
-                match inputs.keys.pick(&provider.id, &tried_keys) {
-                    Some(key) => Some(key),
-                    None => {
-                        // With keys tried already, the step's failure is theirs; say so once.
-                        if tried_keys.is_empty() {
-                            run.attempts.push(skipped(index, step, FailureClass::NoKey));
-                        }
-                        continue 'steps;
-                    }
-                }
-            } else {
-                None
-            };
-
-            let timeout = retry.attempt_timeout.min(remaining);
-            let attempt = attempter
-                .attempt(step, provider, key.as_ref(), timeout)
-                .await;
-            let latency = now.elapsed();
-            run.upstream_time += latency;
-            total_attempts += 1;
-            step_attempts += 1;
-
-            let failure = match attempt {
-                Attempt::Served(output) => {
-                    run.attempts
-                        .push(record(index, step, None, Some(200), latency));
-                    run.end = ChainEnd::Served {
-                        step: index,
-                        output,
-                    };
-                    return run;
-                }
-                Attempt::Failed(failure) => failure,
-            };
-            let status = failure.reply.as_ref().map(|r| r.status.as_u16());
-            run.attempts
-                .push(record(index, step, Some(failure.class), status, latency));
-
-            match failure.action {
-                Action::ReturnToClient => {
-                    if let Some(reply) = failure.reply {
-                        run.end = ChainEnd::Returned { step: index, reply };
-                        return run;
+            let keys = walk.inputs.keys;
+            let permit = match health.choose(&route.name, index, step, config, keys, &tried, now) {
+                Ok(permit) => permit,
+                Err(skip) => {
+                    // After an attempt, the step's failure is that attempt's; say so once.
+                    if let (0, Some(class)) = (step_attempts, skip.class) {
+                        let deployment = &step.deployments[skip.deployment];
+                        walk.run.attempts.push(skipped(index, deployment, class));
+                        skipped_open |= class == FailureClass::CircuitOpen;
                     }
                     continue 'steps;
                 }
-                Action::NextStep => continue 'steps,
-                Action::NextKey => {
-                    if let Some(key) = key {
-                        inputs
-                            .keys
-                            .bench(&provider.id, &key.id, inputs.config.breaker.cooldown);
-                        tried_keys.push(key.id);
-                    } else {
-                        // A keyless provider refused us; another try cannot change that.
-                        continue 'steps;
+            };
+            let chosen = permit.deployment;
+            step_attempts += 1;
+            let failed = match walk
+                .attempt(index, step, permit, remaining, attempter)
+                .await
+            {
+                Ok(()) => return walk.run,
+                Err(failed) => failed,
+            };
+            match failed.action {
+                Action::ReturnToClient => continue 'steps,
+                Action::NextStep => tried.endpoints.push(chosen),
+                Action::NextKey => match failed.key {
+                    Some(key) => {
+                        let provider = step.deployments[chosen].provider.clone();
+                        keys.bench(&provider, &key.id, config.breaker.cooldown);
+                        tried.keys.push((provider, key.id));
                     }
-                }
+                    // A keyless provider refused us; another try cannot change that.
+                    None => tried.endpoints.push(chosen),
+                },
                 Action::Retry { after } => {
                     if step_attempts >= retry.attempts_per_step {
                         continue 'steps;
                     }
-                    let remaining = inputs.deadline.saturating_duration_since(Instant::now());
-                    let Some(wait) = backoff.wait_before_retry(
+                    // Benched for its retry-after: another deployment of the step can go now.
+                    let now = Instant::now();
+                    if failed.benched && health.can_choose(step, config, keys, &tried, now) {
+                        continue;
+                    }
+                    let remaining = walk.inputs.deadline.saturating_duration_since(now);
+                    let Some(wait) = retry.backoff.wait_before_retry(
                         step_attempts - 1,
                         fastrand::f64(),
                         after,
@@ -214,33 +220,143 @@ pub async fn run_chain<A: Attempter>(
                         continue 'steps;
                     };
                     tokio::time::sleep(wait).await;
-                    run.upstream_time += wait;
+                    walk.run.upstream_time += wait;
                 }
             }
         }
     }
-    run
+
+    if skipped_open && walk.run.upstream_attempts() == 0 {
+        walk.probe_soonest(attempter).await;
+    }
+    walk.run
+}
+
+impl<T> Walk<'_, T> {
+    /// Makes one attempt and reports it to its breaker. `Ok` when the chain has ended (it
+    /// served, or its answer goes to the client as is).
+    async fn attempt<A: Attempter<Output = T>>(
+        &mut self,
+        index: usize,
+        step: &Step,
+        permit: Permit<'_>,
+        remaining: Duration,
+        attempter: &mut A,
+    ) -> Result<(), Failed> {
+        let retry = &self.inputs.config.retry;
+        let deployment = &step.deployments[permit.deployment];
+        let Some(provider) = self.inputs.config.provider(&deployment.provider) else {
+            // Validation guarantees the provider; without one there is nothing to try.
+            return Err(Failed {
+                action: Action::NextStep,
+                key: None,
+                benched: false,
+            });
+        };
+        let timeout = retry.attempt_timeout.min(remaining);
+        let started = Instant::now();
+        let attempt = attempter
+            .attempt(deployment, provider, permit.key.as_ref(), timeout)
+            .await;
+        let latency = started.elapsed();
+        self.run.upstream_time += latency;
+        self.total_attempts += 1;
+
+        let failure = match attempt {
+            Attempt::Served(output) => {
+                let record = record(index, deployment, None, Some(200), latency);
+                self.run.attempts.push(record);
+                permit.finish(Verdict::Success, Some(latency), None);
+                self.run.end = ChainEnd::Served {
+                    step: index,
+                    output,
+                };
+                self.run.answered_by = Some(deployment.clone());
+                return Ok(());
+            }
+            Attempt::Failed(failure) => failure,
+        };
+        let status = failure.reply.as_ref().map(|r| r.status.as_u16());
+        let class = failure.class;
+        self.run
+            .attempts
+            .push(record(index, deployment, Some(class), status, latency));
+
+        // A timeout the request's own deadline cut short says nothing about the provider.
+        let silent = failure.reply.is_none() && class == FailureClass::Timeout;
+        let cut_short = silent && timeout < retry.attempt_timeout;
+        let verdict = if cut_short {
+            Verdict::Neutral
+        } else {
+            Verdict::of(Some(class))
+        };
+        // A timeout is a latency sample too: the endpoint was at least that slow.
+        let sample = (silent && !cut_short).then_some(latency);
+        let bench = match failure.action {
+            Action::Retry { after } => after.filter(|after| !after.is_zero()),
+            _ => None,
+        };
+        let key = permit.key.clone();
+        permit.finish(verdict, sample, bench);
+
+        if let (Action::ReturnToClient, Some(reply)) = (failure.action, failure.reply) {
+            self.run.end = ChainEnd::Returned { step: index, reply };
+            self.run.answered_by = Some(deployment.clone());
+            return Ok(());
+        }
+        Err(Failed {
+            action: failure.action,
+            key,
+            benched: bench.is_some(),
+        })
+    }
+
+    /// Every step was skipped as open: probe the one whose cooldown ends soonest, once.
+    async fn probe_soonest<A: Attempter<Output = T>>(&mut self, attempter: &mut A) {
+        let inputs = &self.inputs;
+        let (config, keys) = (inputs.config, inputs.keys);
+        let now = Instant::now();
+        let remaining = inputs.deadline.saturating_duration_since(now);
+        if remaining.is_zero() || self.total_attempts >= config.retry.max_attempts {
+            return;
+        }
+        let health = inputs.health;
+        let Some((index, step, permit)) =
+            health.probe_soonest(inputs.route, inputs.first_step, config, keys, now)
+        else {
+            return;
+        };
+        let provider = step.deployments[permit.deployment].provider.clone();
+        if let Err(failed) = self
+            .attempt(index, step, permit, remaining, attempter)
+            .await
+        {
+            if let (Action::NextKey, Some(key)) = (failed.action, failed.key) {
+                keys.bench(&provider, &key.id, config.breaker.cooldown);
+            }
+        }
+    }
 }
 
 fn record(
     index: usize,
-    step: &Step,
+    deployment: &Deployment,
     failure: Option<FailureClass>,
     status: Option<u16>,
     latency: Duration,
 ) -> AttemptRecord {
     AttemptRecord {
         step: index,
-        provider: step.provider.clone(),
-        model: step.model.clone(),
+        provider: deployment.provider.clone(),
+        model: deployment.model.clone(),
         failure,
         status,
         latency,
     }
 }
 
-fn skipped(index: usize, step: &Step, class: FailureClass) -> AttemptRecord {
-    record(index, step, Some(class), None, Duration::ZERO)
+fn skipped(index: usize, deployment: &Deployment, class: FailureClass) -> AttemptRecord {
+    record(index, deployment, Some(class), None, Duration::ZERO)
 }
 
 /// One line per step for the 503's message: each step's last failure class, never a secret.
@@ -274,171 +390,4 @@ pub fn describe_failures(attempts: &[AttemptRecord]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::VecDeque;
-
-    use super::*;
-
-    /// Answers each attempt from a script: after `delay`, a status (200 serves).
-    struct Scripted {
-        script: VecDeque<(Duration, u16, Option<&'static str>)>,
-        calls: Vec<String>,
-    }
-
-    impl Attempter for Scripted {
-        type Output = ();
-
-        async fn attempt(
-            &mut self,
-            step: &Step,
-            _provider: &Provider,
-            _key: Option<&KeyLease>,
-            timeout: Duration,
-        ) -> Attempt<()> {
-            self.calls.push(step.provider.to_string());
-            let (delay, status, retry_after) =
-                self.script
-                    .pop_front()
-                    .unwrap_or((Duration::ZERO, 200, None));
-            if delay > timeout {
-                tokio::time::sleep(timeout).await;
-                return Attempt::Failed(Failure::without_reply(FailureClass::Timeout));
-            }
-            tokio::time::sleep(delay).await;
-            if status == 200 {
-                return Attempt::Served(());
-            }
-            let mut headers = reqwest::header::HeaderMap::new();
-            if let Some(after) = retry_after {
-                headers.insert(
-                    reqwest::header::RETRY_AFTER,
-                    HeaderValue::from_static(after),
-                );
-            }
-            let status = StatusCode::from_u16(status).unwrap();
-            let (class, action) =
-                super::super::classify::classify_status(status, &headers, b"", false);
-            Attempt::Failed(Failure {
-                class,
-                action,
-                reply: Some(UpstreamReply {
-                    status,
-                    content_type: None,
-                    body: Bytes::new(),
-                }),
-            })
-        }
-    }
-
-    fn config(retry: &str) -> Config {
-        Config::parse(&format!(
-            r#"
-[[providers]]
-name = "a"
-kind = "openai"
-base_url = "http://127.0.0.1:1"
-key_required = false
-[[providers]]
-name = "b"
-kind = "openai"
-base_url = "http://127.0.0.1:1"
-key_required = false
-[[routes]]
-name = "r"
-steps = [{{ provider = "a", model = "m" }}, {{ provider = "b", model = "m" }}]
-[retry]
-{retry}
-"#
-        ))
-        .unwrap()
-    }
-
-    async fn run(
-        config: &Config,
-        script: Vec<(Duration, u16, Option<&'static str>)>,
-    ) -> (ChainRun<()>, Vec<String>, Duration) {
-        let keys = KeyRing::default();
-        let started = Instant::now();
-        let mut attempter = Scripted {
-            script: script.into(),
-            calls: Vec::new(),
-        };
-        let inputs = ChainInputs {
-            config,
-            keys: &keys,
-            route: &config.routes[0],
-            first_step: 0,
-            deadline: started + config.retry.request_deadline,
-        };
-        let run = run_chain(inputs, &mut attempter).await;
-        (run, attempter.calls, started.elapsed())
-    }
-
-    fn served_step<T>(run: &ChainRun<T>) -> Option<usize> {
-        match run.end {
-            ChainEnd::Served { step, .. } => Some(step),
-            _ => None,
-        }
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_429_waits_for_its_retry_after_then_retries_the_same_step() {
-        let config = config("");
-        let (run, calls, elapsed) = run(&config, vec![(Duration::ZERO, 429, Some("2"))]).await;
-        assert_eq!(served_step(&run), Some(0));
-        assert_eq!(calls, ["a", "a"]);
-        assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
-        assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_retry_after_past_the_deadline_moves_on_at_once() {
-        let config = config("");
-        let (run, calls, elapsed) = run(&config, vec![(Duration::ZERO, 429, Some("3600"))]).await;
-        assert_eq!(served_step(&run), Some(1));
-        assert_eq!(calls, ["a", "b"]);
-        assert_eq!(elapsed, Duration::ZERO);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn attempts_per_step_and_max_attempts_bound_the_retries() {
-        let config = config(
-            "attempts_per_step = 2\nmax_attempts = 3\nbackoff_base = \"10ms\"\nbackoff_max = \"20ms\"",
-        );
-        let always_429 = vec![(Duration::ZERO, 429, None); 10];
-        let (run, calls, _) = run(&config, always_429).await;
-        assert!(matches!(run.end, ChainEnd::Exhausted));
-        assert_eq!(calls, ["a", "a", "b"]);
-        assert_eq!(run.upstream_attempts(), 3);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn hanging_upstreams_cannot_outlast_the_deadline() {
-        let config = config("attempt_timeout = \"4s\"\nrequest_deadline = \"10s\"");
-        let hang = (Duration::from_secs(3600), 200, None);
-        let (run, _, elapsed) = run(&config, vec![hang; 10]).await;
-        assert!(matches!(run.end, ChainEnd::Exhausted));
-        assert!(elapsed <= Duration::from_secs(10), "{elapsed:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_5xx_moves_on_without_waiting() {
-        let config = config("");
-        let (run, calls, elapsed) = run(&config, vec![(Duration::ZERO, 500, None)]).await;
-        assert_eq!(served_step(&run), Some(1));
-        assert_eq!(calls, ["a", "b"]);
-        assert_eq!(elapsed, Duration::ZERO);
-        assert_eq!(
-            describe_failures(&run.attempts),
-            "step 0 a/m: server_error (500); step 1 b/m: served (200)"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_client_error_is_returned_without_fallback() {
-        let config = config("");
-        let (run, calls, _) = run(&config, vec![(Duration::ZERO, 422, None)]).await;
-        assert!(matches!(run.end, ChainEnd::Returned { step: 0, .. }));
-        assert_eq!(calls, ["a"]);
-    }
-}
+mod tests;

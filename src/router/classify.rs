@@ -38,6 +38,10 @@ pub enum FailureClass {
     NoKey,
     /// The request deadline ran out before this step could be tried.
     Deadline,
+    /// Skipped without an attempt: the breaker is open, or its one probe is in flight.
+    CircuitOpen,
+    /// Skipped without an attempt: a 429's `retry-after` benched the deployment.
+    Benched,
 }
 
 impl FailureClass {
@@ -57,6 +61,8 @@ impl FailureClass {
             FailureClass::Malformed => "malformed_response",
             FailureClass::NoKey => "no_key",
             FailureClass::Deadline => "deadline",
+            FailureClass::CircuitOpen => "circuit_open",
+            FailureClass::Benched => "benched",
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
 use super::classify::{Action, FailureClass, classify_status, classify_transport};
-use crate::config::{Provider, Step};
+use crate::config::{Deployment, Provider};
 use crate::keys::KeyLease;
 use crate::providers::sse::{SseError, SseReader};
 use crate::providers::{
@@ -52,7 +52,7 @@ impl Attempter for JsonAttempter<'_> {
 
     async fn attempt(
         &mut self,
-        step: &Step,
+        step: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
@@ -160,7 +160,7 @@ impl Attempter for StreamAttempter<'_> {
 
     async fn attempt(
         &mut self,
-        step: &Step,
+        step: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
         attempt_timeout: Duration,

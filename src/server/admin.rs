@@ -3,6 +3,8 @@
 //! Handlers take an [`Admin`] argument; the extractor answers 404 when no admin token is
 //! configured (the admin API is off) and 401 for anything but the right token.
 
+pub mod breakers;
+
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;

@@ -178,6 +178,7 @@ async fn route_json(
     let inputs = ChainInputs {
         config: &state.config,
         keys: &state.keys,
+        health: &state.health,
         route: &prepared.route,
         first_step: prepared.first_step,
         deadline,
@@ -226,6 +227,7 @@ async fn route_stream(
     let inputs = ChainInputs {
         config: &state.config,
         keys: &state.keys,
+        health: &state.health,
         route: &prepared.route,
         first_step: prepared.first_step,
         deadline,
@@ -368,13 +370,13 @@ fn stamp<T>(
         "x-switchyard-overhead-ms",
         &format!("{:.3}", overhead.as_secs_f64() * 1e3),
     );
-    if let Some(served) = step.and_then(|s| route.steps.get(s).map(|step| (s, step))) {
-        set(headers, "x-switchyard-step", &served.0.to_string());
-        set(headers, "x-switchyard-provider", served.1.provider.as_str());
-        set(headers, "x-switchyard-model", served.1.model.as_str());
-        record.step = Some(served.0);
-        record.provider = Some(served.1.provider.clone());
-        record.model = Some(served.1.model.clone());
+    if let (Some(step), Some(served)) = (step, &run.answered_by) {
+        set(headers, "x-switchyard-step", &step.to_string());
+        set(headers, "x-switchyard-provider", served.provider.as_str());
+        set(headers, "x-switchyard-model", served.model.as_str());
+        record.step = Some(step);
+        record.provider = Some(served.provider.clone());
+        record.model = Some(served.model.clone());
     }
     record.outcome = outcome;
     record.status = response.status().as_u16();

@@ -31,9 +31,9 @@ pub fn route(name: &str, steps: &[(&str, &str)], extra: &str) -> String {
 /// Quick retries, so tests of backoff do not wait for the production defaults.
 pub const FAST_RETRY: &str = "[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\nattempt_timeout = \"2s\"\nrequest_deadline = \"10s\"\n";
 
-/// Starts a gateway from config text. Unless the text says otherwise, auth is optional and
-/// the store lives in memory, so tests never share state.
-pub async fn gateway(config: &str) -> Gateway {
+/// Parses test config text. Unless the text says otherwise, auth is optional and the store
+/// lives in memory, so tests never share state.
+pub fn test_config(config: &str) -> Config {
     let mut text = String::new();
     if !config.contains("[auth]") {
         text.push_str("[auth]\nrequired = false\n");
@@ -42,8 +42,14 @@ pub async fn gateway(config: &str) -> Gateway {
         text.push_str("[store]\nurl = \"sqlite::memory:\"\n");
     }
     text.push_str(config);
-    let config = Config::parse(&text).unwrap_or_else(|e| panic!("bad test config: {e}\n{text}"));
-    Gateway::start(config).await.expect("gateway starts")
+    Config::parse(&text).unwrap_or_else(|e| panic!("bad test config: {e}\n{text}"))
+}
+
+/// Starts a gateway from config text, with [`test_config`]'s defaults.
+pub async fn gateway(config: &str) -> Gateway {
+    Gateway::start(test_config(config))
+        .await
+        .expect("gateway starts")
 }
 
 /// The standard two-step setup: route `r` = primary → secondary.

@@ -81,7 +81,12 @@ impl SqliteStore {
 
     /// Restores the version the last rotation replaced, if it was replaced within `window_ms`.
     /// The version rolled back from is retired, so a second rollback goes further back.
-    pub async fn rollback_provider_key(&self, provider: &str, key_id: &str, window_ms: i64) -> Result<Option<i64>, StoreError> {
+    pub async fn rollback_provider_key(
+        &self,
+        provider: &str,
+        key_id: &str,
+        window_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
         let (provider, key_id) = (provider.to_owned(), key_id.to_owned());
         self.with(move |connection| {
             let tx = connection.transaction()?;
@@ -116,7 +121,11 @@ impl SqliteStore {
     }
 
     /// Removes a key and its history; false when there was none.
-    pub async fn remove_provider_key(&self, provider: &str, key_id: &str) -> Result<bool, StoreError> {
+    pub async fn remove_provider_key(
+        &self,
+        provider: &str,
+        key_id: &str,
+    ) -> Result<bool, StoreError> {
         let (provider, key_id) = (provider.to_owned(), key_id.to_owned());
         self.with(move |connection| {
             let tx = connection.transaction()?;
@@ -226,12 +235,31 @@ mod tests {
         assert_eq!(store.put_provider_key(key(b"one")).await.unwrap(), 1);
         assert_eq!(store.put_provider_key(key(b"two")).await.unwrap(), 2);
         let rows = store.provider_keys().await.unwrap();
-        assert_eq!(states(&rows), [(1, KeyState::History), (2, KeyState::Active)]);
+        assert_eq!(
+            states(&rows),
+            [(1, KeyState::History), (2, KeyState::Active)]
+        );
 
-        assert_eq!(store.rollback_provider_key("openai", "main", 60_000).await.unwrap(), Some(1));
+        assert_eq!(
+            store
+                .rollback_provider_key("openai", "main", 60_000)
+                .await
+                .unwrap(),
+            Some(1)
+        );
         let rows = store.provider_keys().await.unwrap();
-        assert_eq!(states(&rows), [(1, KeyState::Active), (2, KeyState::Retired)]);
-        assert_eq!(store.rollback_provider_key("openai", "main", 60_000).await.unwrap(), None, "nothing older");
+        assert_eq!(
+            states(&rows),
+            [(1, KeyState::Active), (2, KeyState::Retired)]
+        );
+        assert_eq!(
+            store
+                .rollback_provider_key("openai", "main", 60_000)
+                .await
+                .unwrap(),
+            None,
+            "nothing older"
+        );
     }
 
     #[tokio::test]
@@ -240,9 +268,18 @@ mod tests {
         store.put_provider_key(key(b"one")).await.unwrap();
         store.put_provider_key(key(b"two")).await.unwrap();
         // A window of -1 ms: the rotation a moment ago is already outside it.
-        assert_eq!(store.rollback_provider_key("openai", "main", -1).await.unwrap(), None);
+        assert_eq!(
+            store
+                .rollback_provider_key("openai", "main", -1)
+                .await
+                .unwrap(),
+            None
+        );
         assert_eq!(store.purge_provider_keys(-1).await.unwrap(), 1);
-        assert_eq!(states(&store.provider_keys().await.unwrap()), [(2, KeyState::Active)]);
+        assert_eq!(
+            states(&store.provider_keys().await.unwrap()),
+            [(2, KeyState::Active)]
+        );
     }
 
     #[tokio::test]

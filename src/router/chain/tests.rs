@@ -1,0 +1,169 @@
+//! The attempt loop on paused time, with a scripted attempter.
+
+use std::collections::VecDeque;
+
+use super::*;
+
+/// Answers each attempt from a script: after `delay`, a status (200 serves).
+struct Scripted {
+    script: VecDeque<(Duration, u16, Option<&'static str>)>,
+    calls: Vec<String>,
+}
+
+impl Attempter for Scripted {
+    type Output = ();
+
+    async fn attempt(
+        &mut self,
+        step: &Deployment,
+        _provider: &Provider,
+        _key: Option<&KeyLease>,
+        timeout: Duration,
+    ) -> Attempt<()> {
+        self.calls.push(step.provider.to_string());
+        let (delay, status, retry_after) =
+            self.script
+                .pop_front()
+                .unwrap_or((Duration::ZERO, 200, None));
+        if delay > timeout {
+            tokio::time::sleep(timeout).await;
+            return Attempt::Failed(Failure::without_reply(FailureClass::Timeout));
+        }
+        tokio::time::sleep(delay).await;
+        if status == 200 {
+            return Attempt::Served(());
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(after) = retry_after {
+            headers.insert(
+                reqwest::header::RETRY_AFTER,
+                HeaderValue::from_static(after),
+            );
+        }
+        let status = StatusCode::from_u16(status).unwrap();
+        let (class, action) = super::super::classify::classify_status(status, &headers, b"", false);
+        Attempt::Failed(Failure {
+            class,
+            action,
+            reply: Some(UpstreamReply {
+                status,
+                content_type: None,
+                body: Bytes::new(),
+            }),
+        })
+    }
+}
+
+fn config(retry: &str) -> Config {
+    Config::parse(&format!(
+        r#"
+[[providers]]
+name = "a"
+kind = "openai"
+base_url = "http://127.0.0.1:1"
+key_required = false
+[[providers]]
+name = "b"
+kind = "openai"
+base_url = "http://127.0.0.1:1"
+key_required = false
+[[routes]]
+name = "r"
+steps = [{{ provider = "a", model = "m" }}, {{ provider = "b", model = "m" }}]
+[retry]
+{retry}
+"#
+    ))
+    .unwrap()
+}
+
+async fn run(
+    config: &Config,
+    script: Vec<(Duration, u16, Option<&'static str>)>,
+) -> (ChainRun<()>, Vec<String>, Duration) {
+    let keys = KeyRing::default();
+    let health = Health::new(config.breaker.clone());
+    let started = Instant::now();
+    let mut attempter = Scripted {
+        script: script.into(),
+        calls: Vec::new(),
+    };
+    let inputs = ChainInputs {
+        config,
+        keys: &keys,
+        health: &health,
+        route: &config.routes[0],
+        first_step: 0,
+        deadline: started + config.retry.request_deadline,
+    };
+    let run = run_chain(inputs, &mut attempter).await;
+    (run, attempter.calls, started.elapsed())
+}
+
+fn served_step<T>(run: &ChainRun<T>) -> Option<usize> {
+    match run.end {
+        ChainEnd::Served { step, .. } => Some(step),
+        _ => None,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_waits_for_its_retry_after_then_retries_the_same_step() {
+    let config = config("");
+    let (run, calls, elapsed) = run(&config, vec![(Duration::ZERO, 429, Some("2"))]).await;
+    assert_eq!(served_step(&run), Some(0));
+    assert_eq!(calls, ["a", "a"]);
+    assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_past_the_deadline_moves_on_at_once() {
+    let config = config("");
+    let (run, calls, elapsed) = run(&config, vec![(Duration::ZERO, 429, Some("3600"))]).await;
+    assert_eq!(served_step(&run), Some(1));
+    assert_eq!(calls, ["a", "b"]);
+    assert_eq!(elapsed, Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_per_step_and_max_attempts_bound_the_retries() {
+    let config = config(
+        "attempts_per_step = 2\nmax_attempts = 3\nbackoff_base = \"10ms\"\nbackoff_max = \"20ms\"",
+    );
+    let always_429 = vec![(Duration::ZERO, 429, None); 10];
+    let (run, calls, _) = run(&config, always_429).await;
+    assert!(matches!(run.end, ChainEnd::Exhausted));
+    assert_eq!(calls, ["a", "a", "b"]);
+    assert_eq!(run.upstream_attempts(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn hanging_upstreams_cannot_outlast_the_deadline() {
+    let config = config("attempt_timeout = \"4s\"\nrequest_deadline = \"10s\"");
+    let hang = (Duration::from_secs(3600), 200, None);
+    let (run, _, elapsed) = run(&config, vec![hang; 10]).await;
+    assert!(matches!(run.end, ChainEnd::Exhausted));
+    assert!(elapsed <= Duration::from_secs(10), "{elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_5xx_moves_on_without_waiting() {
+    let config = config("");
+    let (run, calls, elapsed) = run(&config, vec![(Duration::ZERO, 500, None)]).await;
+    assert_eq!(served_step(&run), Some(1));
+    assert_eq!(calls, ["a", "b"]);
+    assert_eq!(elapsed, Duration::ZERO);
+    assert_eq!(
+        describe_failures(&run.attempts),
+        "step 0 a/m: server_error (500); step 1 b/m: served (200)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_error_is_returned_without_fallback() {
+    let config = config("");
+    let (run, calls, _) = run(&config, vec![(Duration::ZERO, 422, None)]).await;
+    assert!(matches!(run.end, ChainEnd::Returned { step: 0, .. }));
+    assert_eq!(calls, ["a"]);
+}

@@ -1,0 +1,510 @@
+//! What the router remembers of each deployment between requests: its breaker, its recent
+//! latency, and where each balanced step's round robin stands.
+//!
+//! One table behind one sync mutex, held for a few map operations and never across an
+//! await. Choosing a deployment and admitting it happen under one hold of the lock, so a
+//! half-open breaker admits exactly one probe however many requests arrive at once. Lock
+//! order: this table, then the [`KeyRing`]'s; the key ring never calls back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::balance::{Ewma, fastest, smooth_pick};
+use super::breaker::{Breaker, BreakerView, Refusal, Ticket, Verdict};
+use super::classify::FailureClass;
+use crate::config::{
+    Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
+};
+use crate::keys::{KeyLease, KeyRing};
+
+/// What one breaker watches: a model at a provider, with one key (`None` for a keyless
+/// provider).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct DeploymentId {
+    pub provider: ProviderId,
+    pub model: ModelName,
+    /// The key's id, safe to show.
+    pub key: Option<Arc<str>>,
+}
+
+impl DeploymentId {
+    fn sort_key(&self) -> (&str, &str, Option<&str>) {
+        (
+            self.provider.as_str(),
+            self.model.as_str(),
+            self.key.as_deref(),
+        )
+    }
+
+    fn new(deployment: &Deployment, key: Option<Arc<str>>) -> DeploymentId {
+        DeploymentId {
+            provider: deployment.provider.clone(),
+            model: deployment.model.clone(),
+            key,
+        }
+    }
+}
+
+/// Clients can name any `provider/model`, and each would get a breaker; past this many, idle
+/// closed breakers are forgotten, and if that is not enough, new ones go untracked.
+const MAX_TRACKED: usize = 10_000;
+
+#[derive(Default)]
+struct Table {
+    breakers: HashMap<DeploymentId, Breaker>,
+    /// Only for the endpoints of steps balanced by latency, which config bounds.
+    latency: HashMap<(ProviderId, ModelName), Ewma>,
+    /// Smooth round robin's running values, per (route, step) with several deployments.
+    rotations: HashMap<(RouteName, usize), Vec<i64>>,
+}
+
+impl Table {
+    fn check(&self, id: &DeploymentId, now: Instant) -> Result<(), Refusal> {
+        self.breakers.get(id).map_or(Ok(()), |b| b.check(now))
+    }
+}
+
+/// Every deployment's health; one per gateway, in its shared state.
+pub struct Health {
+    settings: BreakerConfig,
+    table: Mutex<Table>,
+}
+
+/// Which of a step's deployments this request has given up on.
+#[derive(Default)]
+pub struct Tried {
+    /// Indices into the step's deployments: failed in a way another key cannot fix.
+    pub endpoints: Vec<usize>,
+    /// Keys the provider refused (401/403).
+    pub keys: Vec<(ProviderId, Arc<str>)>,
+}
+
+impl Tried {
+    fn keys_of(&self, provider: &ProviderId) -> Vec<Arc<str>> {
+        self.keys
+            .iter()
+            .filter(|(p, _)| p == provider)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+}
+
+/// Why no deployment of a step could be tried now, for the chain's story.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Skip {
+    /// `circuit_open`, `benched` or `no_key`; `None` when every deployment was tried already.
+    pub class: Option<FailureClass>,
+    /// The deployment the class is about.
+    pub deployment: usize,
+}
+
+impl Skip {
+    /// Keeps the most telling reason: an open breaker explains a skip better than a bench,
+    /// and both better than a missing key.
+    fn note(&mut self, class: FailureClass, deployment: usize) {
+        let rank = |c: Option<FailureClass>| match c {
+            Some(FailureClass::CircuitOpen) => 3,
+            Some(FailureClass::Benched) => 2,
+            Some(_) => 1,
+            None => 0,
+        };
+        if rank(Some(class)) > rank(self.class) {
+            *self = Skip {
+                class: Some(class),
+                deployment,
+            };
+        }
+    }
+}
+
+/// Leave to attempt one deployment. Report the attempt with [`Permit::finish`]; dropped
+/// unfinished (the client went away), it frees a probe's slot.
+pub struct Permit<'h> {
+    health: &'h Health,
+    id: DeploymentId,
+    /// `None` when the table is full and this deployment goes untracked.
+    ticket: Option<Ticket>,
+    track_latency: bool,
+    /// The index of the chosen deployment in its step.
+    pub deployment: usize,
+    /// The key to send, for a provider that needs one.
+    pub key: Option<KeyLease>,
+}
+
+impl Permit<'_> {
+    /// The breaker's deployment.
+    pub fn id(&self) -> &DeploymentId {
+        &self.id
+    }
+
+    /// Whether this attempt is a half-open breaker's one probe.
+    pub fn is_probe(&self) -> bool {
+        self.ticket.is_some_and(Ticket::is_probe)
+    }
+
+    /// Reports the attempt: its verdict to the breaker, a latency sample (for a success or
+    /// a timeout) to the estimate, and a bench (a 429's `retry-after`) if there is one.
+    pub fn finish(mut self, verdict: Verdict, latency: Option<Duration>, bench: Option<Duration>) {
+        let now = Instant::now();
+        let mut table = self.health.lock();
+        let breaker = table.breakers.get_mut(&self.id);
+        if let (Some(ticket), Some(breaker)) = (self.ticket.take(), breaker) {
+            breaker.record(now, ticket, verdict);
+            if let Some(bench) = bench {
+                breaker.bench(now + bench);
+            }
+        }
+        if let Some(sample) = latency.filter(|_| self.track_latency) {
+            let endpoint = (self.id.provider.clone(), self.id.model.clone());
+            match table.latency.get_mut(&endpoint) {
+                Some(ewma) => ewma.observe(sample, now),
+                None => {
+                    table.latency.insert(endpoint, Ewma::new(sample, now));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            let mut table = self.health.lock();
+            if let Some(breaker) = table.breakers.get_mut(&self.id) {
+                breaker.cancel(ticket);
+            }
+        }
+    }
+}
+
+/// One breaker as the admin API shows it.
+#[derive(Clone, Debug)]
+pub struct BreakerReport {
+    pub id: DeploymentId,
+    pub view: BreakerView,
+    /// The endpoint's latency estimate, for steps balanced by latency.
+    pub latency: Option<Duration>,
+}
+
+impl Health {
+    /// An empty table: every deployment starts closed.
+    pub fn new(settings: BreakerConfig) -> Health {
+        Health {
+            settings,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // Poison only means a panic between two map operations; every entry is still whole.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Chooses a deployment of `step` (and a key) that its breaker admits, and admits it;
+    /// or says why none can be tried now.
+    #[allow(clippy::too_many_arguments)]
+    pub fn choose(
+        &self,
+        route: &RouteName,
+        index: usize,
+        step: &Step,
+        config: &Config,
+        keys: &KeyRing,
+        tried: &Tried,
+        now: Instant,
+    ) -> Result<Permit<'_>, Skip> {
+        let mut table = self.lock();
+        let (eligible, mut skip) = eligibility(&table, step, config, keys, tried, now);
+        let Some(chosen) = pick(&mut table, route, index, step, &eligible, now) else {
+            return Err(skip);
+        };
+        let deployment = &step.deployments[chosen];
+        let key = match config.provider(&deployment.provider) {
+            Some(provider) if provider.key_required => {
+                let tried_keys = tried.keys_of(&provider.id);
+                let admits =
+                    |id: &str| table.check(&DeploymentId::new(deployment, Some(id.into())), now);
+                // Eligible above, under this same lock: one of its keys admits.
+                let lease = keys.pick_where(&provider.id, &tried_keys, |id| admits(id).is_ok());
+                Some(lease.ok_or(skip)?)
+            }
+            _ => None,
+        };
+        let id = DeploymentId::new(deployment, key.as_ref().map(|k| k.id.clone()));
+        let ticket = self.admit(&mut table, &id, now, Breaker::admit);
+        let ticket = match ticket {
+            Ok(ticket) => ticket,
+            Err(refusal) => {
+                skip.note(refusal.class(), chosen);
+                return Err(skip);
+            }
+        };
+        Ok(Permit {
+            health: self,
+            id,
+            ticket,
+            track_latency: tracks_latency(step),
+            deployment: chosen,
+            key,
+        })
+    }
+
+    /// Whether [`Health::choose`] would find a deployment of `step` now, without choosing.
+    pub fn can_choose(
+        &self,
+        step: &Step,
+        config: &Config,
+        keys: &KeyRing,
+        tried: &Tried,
+        now: Instant,
+    ) -> bool {
+        let table = self.lock();
+        let (eligible, _) = eligibility(&table, step, config, keys, tried, now);
+        eligible.contains(&true)
+    }
+
+    /// For a route whose every step was skipped as open: probes the deployment whose
+    /// cooldown ends soonest, before it ends, so stale state cannot black-hole the route.
+    /// Returns the step index with the permit; `None` if none can be probed (benched, or a
+    /// probe is out everywhere).
+    pub fn probe_soonest<'r>(
+        &self,
+        route: &'r Route,
+        first_step: usize,
+        config: &Config,
+        keys: &KeyRing,
+        now: Instant,
+    ) -> Option<(usize, &'r Step, Permit<'_>)> {
+        let mut table = self.lock();
+        let mut candidates: Vec<(Instant, usize, usize, DeploymentId)> = Vec::new();
+        for (s, step) in route.steps.iter().enumerate().skip(first_step) {
+            for (d, deployment) in step.deployments.iter().enumerate() {
+                let Some(provider) = config.provider(&deployment.provider) else {
+                    continue;
+                };
+                let ids: Vec<Option<Arc<str>>> = if provider.key_required {
+                    keys.usable(&provider.id, &[])
+                        .into_iter()
+                        .map(Some)
+                        .collect()
+                } else {
+                    vec![None]
+                };
+                for key in ids {
+                    let id = DeploymentId::new(deployment, key);
+                    if let Some(until) = table.breakers.get(&id).and_then(Breaker::open_until) {
+                        candidates.push((until, s, d, id));
+                    }
+                }
+            }
+        }
+        candidates.sort_by_key(|(until, ..)| *until);
+        for (_, s, d, id) in candidates {
+            let key = match &id.key {
+                // Listed as usable above; only a concurrent removal could make this fail.
+                Some(wanted) => match keys.pick_where(&id.provider, &[], |k| k == &**wanted) {
+                    Some(lease) => Some(lease),
+                    None => continue,
+                },
+                None => None,
+            };
+            let Ok(ticket) = self.admit(&mut table, &id, now, Breaker::force_probe) else {
+                continue;
+            };
+            let step = &route.steps[s];
+            let permit = Permit {
+                health: self,
+                id,
+                ticket,
+                track_latency: tracks_latency(step),
+                deployment: d,
+                key,
+            };
+            return Some((s, step, permit));
+        }
+        None
+    }
+
+    /// Admits `id` by `how` (normal admission or a forced probe), creating its breaker on
+    /// first use. `Ok(None)` means the table is full and the deployment goes untracked.
+    fn admit(
+        &self,
+        table: &mut Table,
+        id: &DeploymentId,
+        now: Instant,
+        how: fn(&mut Breaker, Instant) -> Result<Ticket, Refusal>,
+    ) -> Result<Option<Ticket>, Refusal> {
+        if !table.breakers.contains_key(id) {
+            if table.breakers.len() >= MAX_TRACKED {
+                table.breakers.retain(|_, b| !idle(b, now));
+                if table.breakers.len() >= MAX_TRACKED {
+                    return Ok(None);
+                }
+            }
+            table
+                .breakers
+                .insert(id.clone(), Breaker::new(self.settings.clone(), now));
+        }
+        match table.breakers.get_mut(id) {
+            Some(breaker) => how(breaker, now).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every breaker, sorted by provider, model and key.
+    pub fn report(&self, now: Instant) -> Vec<BreakerReport> {
+        let table = self.lock();
+        let mut reports: Vec<BreakerReport> = table
+            .breakers
+            .iter()
+            .map(|(id, breaker)| BreakerReport {
+                id: id.clone(),
+                view: breaker.view(now),
+                latency: table
+                    .latency
+                    .get(&(id.provider.clone(), id.model.clone()))
+                    .map(|e| e.estimate(now)),
+            })
+            .collect();
+        reports.sort_by(|a, b| a.id.sort_key().cmp(&b.id.sort_key()));
+        reports
+    }
+
+    /// Closes the breakers (and lifts the benches) of `provider` (and `model`), or all of
+    /// them; returns how many.
+    pub fn reset(&self, provider: Option<&str>, model: Option<&str>) -> usize {
+        let mut table = self.lock();
+        let mut count = 0;
+        for (id, breaker) in table.breakers.iter_mut() {
+            let matches = provider.is_none_or(|p| id.provider.as_str() == p)
+                && model.is_none_or(|m| id.model.as_str() == m);
+            if matches {
+                breaker.reset();
+                count += 1;
+            }
+        }
+        count
+    }
+
+    /// Each provider and model's state for `switchyard_breaker_state`: the worst of its keys'.
+    pub fn states(&self) -> Vec<(ProviderId, ModelName, i64)> {
+        let table = self.lock();
+        let mut worst: HashMap<(&ProviderId, &ModelName), i64> = HashMap::new();
+        for (id, breaker) in &table.breakers {
+            let gauge = breaker.state().gauge();
+            let entry = worst.entry((&id.provider, &id.model)).or_insert(gauge);
+            *entry = (*entry).max(gauge);
+        }
+        worst
+            .into_iter()
+            .map(|((p, m), gauge)| (p.clone(), m.clone(), gauge))
+            .collect()
+    }
+}
+
+/// Which of the step's deployments have a key whose breaker admits now, and if none, why.
+fn eligibility(
+    table: &Table,
+    step: &Step,
+    config: &Config,
+    keys: &KeyRing,
+    tried: &Tried,
+    now: Instant,
+) -> (Vec<bool>, Skip) {
+    let mut skip = Skip {
+        class: None,
+        deployment: 0,
+    };
+    let mut eligible = vec![false; step.deployments.len()];
+    for (i, deployment) in step.deployments.iter().enumerate() {
+        if tried.endpoints.contains(&i) {
+            continue;
+        }
+        let Some(provider) = config.provider(&deployment.provider) else {
+            continue;
+        };
+        let candidates: Vec<Option<Arc<str>>> = if provider.key_required {
+            let usable = keys.usable(&provider.id, &tried.keys_of(&provider.id));
+            usable.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        if candidates.is_empty() {
+            skip.note(FailureClass::NoKey, i);
+        }
+        for key in candidates {
+            match table.check(&DeploymentId::new(deployment, key), now) {
+                Ok(()) => eligible[i] = true,
+                Err(refusal) => skip.note(refusal.class(), i),
+            }
+        }
+    }
+    (eligible, skip)
+}
+
+/// Whether a step's attempts feed the latency estimates: only steps balanced by latency
+/// need them, and config bounds how many there are.
+fn tracks_latency(step: &Step) -> bool {
+    step.balance == Balance::Latency && step.deployments.len() > 1
+}
+
+/// A breaker with nothing to remember: closed, no failures, no bench.
+fn idle(breaker: &Breaker, now: Instant) -> bool {
+    let view = breaker.view(now);
+    view.state == super::breaker::BreakerState::Closed
+        && view.consecutive_failures == 0
+        && view.window_failures == 0
+        && view.benched_for.is_none()
+}
+
+/// Among the eligible deployments, the one the step's balance prefers.
+fn pick(
+    table: &mut Table,
+    route: &RouteName,
+    index: usize,
+    step: &Step,
+    eligible: &[bool],
+    now: Instant,
+) -> Option<usize> {
+    let eligible_indices: Vec<usize> = (0..eligible.len()).filter(|i| eligible[*i]).collect();
+    if eligible_indices.len() <= 1 {
+        return eligible_indices.first().copied();
+    }
+    match step.balance {
+        Balance::Latency => {
+            let estimates: Vec<Option<Duration>> = eligible_indices
+                .iter()
+                .map(|i| {
+                    let d = &step.deployments[*i];
+                    let endpoint = (d.provider.clone(), d.model.clone());
+                    table.latency.get(&endpoint).map(|e| e.estimate(now))
+                })
+                .collect();
+            fastest(&estimates).map(|i| eligible_indices[i])
+        }
+        Balance::Weighted => {
+            let n = step.deployments.len();
+            let current = table
+                .rotations
+                .entry((route.clone(), index))
+                .or_insert_with(|| vec![0; n]);
+            if current.len() != n {
+                *current = vec![0; n];
+            }
+            let candidates = current
+                .iter_mut()
+                .zip(&step.deployments)
+                .zip(eligible)
+                .filter(|(_, ok)| **ok)
+                .map(|((c, d), _)| (c, d.weight))
+                .collect();
+            smooth_pick(candidates).map(|i| eligible_indices[i])
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
