@@ -2,11 +2,11 @@
 //!
 //! The store keeps only each key's hash. A gateway holds every live key in memory (behind
 //! `ArcSwap`, so a lookup takes no lock) and reloads them when the store's generation moves,
-//! which a poller checks every 250 ms: a `vkeys revoke` from another process takes effect
-//! within that.
+//! which the server's store watcher checks every 250 ms: a `vkeys revoke` from another
+//! process takes effect within that.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -17,9 +17,6 @@ use tokio::sync::watch;
 
 use crate::store::sqlite::hash_key;
 use crate::store::{LimitOverrides, Store, StoreError, VirtualKey, now_ms};
-
-/// How often a gateway looks for key changes made elsewhere.
-const POLL: Duration = Duration::from_millis(250);
 
 /// Who is calling, as far as routing and limits care.
 #[derive(Clone, Debug)]
@@ -74,8 +71,8 @@ pub struct Directory {
 }
 
 impl Directory {
-    /// Loads the live keys and starts the poller that keeps them current.
-    pub async fn start(
+    /// Loads the live keys; the server's store watcher calls [`Directory::reload`] on changes.
+    pub async fn load(
         store: Store,
         required: bool,
         default_role: &str,
@@ -88,7 +85,6 @@ impl Directory {
             loaded: watch::Sender::new(generation),
         });
         directory.reload(&store, generation).await?;
-        tokio::spawn(poll(Arc::downgrade(&directory), store));
         Ok(directory)
     }
 
@@ -99,7 +95,8 @@ impl Directory {
         let _ = loaded.wait_for(|g| *g >= generation).await;
     }
 
-    async fn reload(&self, store: &Store, generation: i64) -> Result<(), StoreError> {
+    /// Loads the store's live keys, as of `generation`.
+    pub async fn reload(&self, store: &Store, generation: i64) -> Result<(), StoreError> {
         let live = store
             .virtual_keys()
             .await?
@@ -130,30 +127,6 @@ impl Directory {
             }),
             (None, None) => Err(AuthFailure::Missing),
             (None, Some(_)) => Err(AuthFailure::Invalid),
-        }
-    }
-}
-
-async fn poll(directory: Weak<Directory>, store: Store) {
-    let mut seen = match directory.upgrade() {
-        Some(directory) => *directory.loaded.borrow(),
-        None => return,
-    };
-    loop {
-        tokio::time::sleep(POLL).await;
-        // The gateway is gone once nothing else holds the directory.
-        let Some(directory) = directory.upgrade() else {
-            return;
-        };
-        match store.generation().await {
-            Ok(generation) if generation != seen => {
-                match directory.reload(&store, generation).await {
-                    Ok(()) => seen = generation,
-                    Err(e) => tracing::warn!(error = %e, "cannot reload virtual keys"),
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot check the store for key changes"),
         }
     }
 }
@@ -272,7 +245,7 @@ mod tests {
             .insert_virtual_key(issued.record.clone())
             .await
             .unwrap();
-        let directory = Directory::start(store.clone(), true, "default")
+        let directory = Directory::load(store.clone(), true, "default")
             .await
             .unwrap();
 
@@ -295,9 +268,8 @@ mod tests {
         assert!(caller.may_use("smart") && !caller.may_use("other"));
 
         store.revoke_virtual_key(&issued.key).await.unwrap();
-        directory
-            .wait_for_generation(store.generation().await.unwrap())
-            .await;
+        let generation = store.generation().await.unwrap();
+        directory.reload(&store, generation).await.unwrap();
         assert_eq!(
             directory.authenticate(&headers).unwrap_err(),
             AuthFailure::Invalid
@@ -307,7 +279,7 @@ mod tests {
     #[tokio::test]
     async fn optional_auth_ignores_unknown_keys() {
         let store = Store::open("sqlite::memory:").await.unwrap();
-        let directory = Directory::start(store, false, "guest").await.unwrap();
+        let directory = Directory::load(store, false, "guest").await.unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, "Bearer sk-whatever".parse().unwrap());
         let caller = directory.authenticate(&headers).unwrap();

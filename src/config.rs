@@ -60,6 +60,13 @@ pub struct Config {
     pub debug: DebugConfig,
     pub retry: RetryConfig,
     pub breaker: BreakerConfig,
+    pub keys: KeysConfig,
+}
+
+#[derive(Clone, Debug)]
+pub struct KeysConfig {
+    /// How long a rotated-out version can be rolled back to; history is purged after it.
+    pub rollback_window: Duration,
 }
 
 #[derive(Clone, Debug)]

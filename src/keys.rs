@@ -1,8 +1,10 @@
 //! Provider keys: which secret to send to which provider, and which keys are benched.
 //!
-//! Today keys are seeded from `api_key_env` at start and held in memory; the encrypted store
-//! (rotation, rollback, several keys a provider) feeds this same ring.
+//! The store keeps every key sealed (`vault`), with its versions and history
+//! (`provider_keys`); the gateway holds the usable ones, opened, in a [`KeyRing`] that each
+//! request picks from, and reloads it whenever the store changes.
 
+pub mod provider_keys;
 pub mod vault;
 
 use std::collections::HashMap;
@@ -12,7 +14,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{Config, ProviderId};
+use crate::config::ProviderId;
 
 /// A provider secret. It never prints: `Debug` and `Display` show `***`.
 #[derive(Clone)]
@@ -46,6 +48,10 @@ pub struct KeyLease {
 
 struct ProviderKey {
     lease: KeyLease,
+    /// The stored version this secret is; a rotation makes a fresh entry, bench and all.
+    version: i64,
+    /// Wall-clock expiry, in epoch milliseconds.
+    expires_ms: Option<i64>,
     benched_until: Option<Instant>,
     /// Its share of the provider's traffic, relative to the other keys'.
     weight: u32,
@@ -56,8 +62,21 @@ struct ProviderKey {
 impl ProviderKey {
     fn usable(&self, now: Instant, tried: &[Arc<str>]) -> bool {
         let benched = self.benched_until.is_some_and(|until| until > now);
-        !benched && !tried.contains(&self.lease.id)
+        let expired = self
+            .expires_ms
+            .is_some_and(|at| at <= crate::store::now_ms());
+        !benched && !expired && !tried.contains(&self.lease.id)
     }
+}
+
+/// A usable key as the store holds it, opened.
+pub struct LoadedKey {
+    pub provider: ProviderId,
+    pub id: String,
+    pub version: i64,
+    pub secret: Secret,
+    pub weight: u32,
+    pub expires_ms: Option<i64>,
 }
 
 /// Every provider's keys, with the benches that 401/403 answers put them on.
@@ -69,19 +88,31 @@ pub struct KeyRing {
 }
 
 impl KeyRing {
-    /// Seeds the ring from each provider's `api_key_env`, where the variable is set.
-    pub fn from_env(config: &Config) -> KeyRing {
-        let ring = KeyRing::default();
-        for provider in &config.providers {
-            let Some(var) = &provider.api_key_env else {
-                continue;
+    /// Replaces every key with `keys`, the store's usable ones. A key whose id and version
+    /// are unchanged keeps its bench and its place in the weighted rotation.
+    pub fn replace_all(&self, keys: Vec<LoadedKey>) {
+        let mut providers = self.lock();
+        let mut previous = std::mem::take(&mut *providers);
+        for key in keys {
+            let kept = previous.get_mut(&key.provider).and_then(|old| {
+                let at = old
+                    .iter()
+                    .position(|k| *k.lease.id == *key.id && k.version == key.version)?;
+                Some(old.swap_remove(at))
+            });
+            let entry = ProviderKey {
+                lease: KeyLease {
+                    id: Arc::from(key.id.as_str()),
+                    secret: key.secret,
+                },
+                version: key.version,
+                expires_ms: key.expires_ms,
+                benched_until: kept.as_ref().and_then(|k| k.benched_until),
+                weight: key.weight.max(1),
+                current: kept.map_or(0, |k| k.current),
             };
-            match std::env::var(var) {
-                Ok(value) if !value.is_empty() => ring.put(&provider.id, "env", Secret::new(value)),
-                _ => tracing::warn!(provider = %provider.id, env = %var, "api_key_env is not set"),
-            }
+            providers.entry(key.provider).or_default().push(entry);
         }
-        ring
     }
 
     /// Adds a key of weight 1, or replaces the key of the same id.
@@ -100,6 +131,8 @@ impl KeyRing {
                 id: Arc::from(id),
                 secret,
             },
+            version: 0,
+            expires_ms: None,
             benched_until: None,
             weight: weight.max(1),
             current: 0,

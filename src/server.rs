@@ -12,6 +12,7 @@ mod error;
 mod listener;
 mod messages;
 mod stream;
+mod watch;
 
 pub use admission::FORCE_FALLBACK;
 pub use error::ApiError;
@@ -35,7 +36,9 @@ use tokio::task::JoinHandle;
 
 use crate::auth::Directory;
 use crate::config::{Config, FailMode, Route};
-use crate::keys::{KeyRing, Secret};
+use crate::keys::Secret;
+use crate::keys::provider_keys::{KeyError, ProviderKeys};
+use crate::keys::vault::MASTER_KEY_ENV;
 use crate::limits::Limits;
 use crate::router::Health;
 use crate::store::{Store, StoreError};
@@ -50,7 +53,8 @@ pub struct Shared {
     pub config: Config,
     pub routes: Vec<Arc<Route>>,
     pub client: reqwest::Client,
-    pub keys: KeyRing,
+    /// Provider keys: the store's, sealed, and the ring requests pick from.
+    pub keys: ProviderKeys,
     pub store: Store,
     /// Every live virtual key, kept current from the store.
     pub directory: Arc<Directory>,
@@ -85,6 +89,8 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("invalid [limits] redis_url: {0}")]
     Redis(#[from] ::redis::RedisError),
+    #[error("provider keys: {0}")]
+    Keys(#[from] KeyError),
 }
 
 /// What a gateway takes besides its config: things that come from the environment.
@@ -92,6 +98,8 @@ pub enum StartError {
 pub struct StartOptions {
     /// The admin API's bearer token (`SWITCHYARD_ADMIN_TOKEN`); `None` turns it off.
     pub admin_token: Option<Secret>,
+    /// The master key for provider secrets (`SWITCHYARD_MASTER_KEY`, base64).
+    pub master_key: Option<Secret>,
 }
 
 impl StartOptions {
@@ -101,6 +109,10 @@ impl StartOptions {
             admin_token: std::env::var("SWITCHYARD_ADMIN_TOKEN")
                 .ok()
                 .filter(|t| !t.is_empty())
+                .map(Secret::new),
+            master_key: std::env::var(MASTER_KEY_ENV)
+                .ok()
+                .filter(|k| !k.is_empty())
                 .map(Secret::new),
         }
     }
@@ -120,7 +132,17 @@ impl AppState {
             .connect_timeout(config.retry.attempt_timeout)
             .build()?;
         let store = Store::open(&config.store.url).await?;
-        let directory = Directory::start(
+        let generation = store.generation().await?;
+        let keys = ProviderKeys::open(
+            store.clone(),
+            &config,
+            options.master_key.as_ref().map(|k| k.expose()),
+        )
+        .await?;
+        keys.announce();
+        keys.seed_from_env(&config).await?;
+        keys.reload().await?;
+        let directory = Directory::load(
             store.clone(),
             config.auth.required,
             &config.auth.default_role,
@@ -128,7 +150,6 @@ impl AppState {
         .await?;
         let (telemetry, writer) = Telemetry::start();
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
-        let keys = KeyRing::from_env(&config);
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
         let health = Health::new(config.breaker.clone());
         let shared = Shared {
@@ -145,7 +166,27 @@ impl AppState {
             open_connections: Arc::new(tokio::sync::watch::Sender::new(0)),
             draining: AtomicBool::new(false),
         };
-        Ok((AppState(Arc::new(shared)), writer))
+        let shared = Arc::new(shared);
+        // Seeding may have moved the generation; the watcher's first poll catches up.
+        tokio::spawn(watch::watch_store(Arc::downgrade(&shared), generation));
+        Ok((AppState(shared), writer))
+    }
+}
+
+impl Shared {
+    /// Loads keys changed in the store (by the admin API, the CLI or another instance).
+    pub async fn reload(&self, generation: i64) -> Result<(), StartError> {
+        self.keys.reload().await?;
+        // The directory marks the generation loaded, so it goes last: a waiter on it sees
+        // provider keys and virtual keys both current.
+        self.directory.reload(&self.store, generation).await?;
+        Ok(())
+    }
+
+    /// Reloads now, after a change this gateway made itself.
+    pub async fn reload_now(&self) -> Result<(), StartError> {
+        let generation = self.store.generation().await?;
+        self.reload(generation).await
     }
 }
 
@@ -253,8 +294,20 @@ impl Gateway {
     }
 
     /// The provider keys it uses, to add or bench keys from a test or an embedding program.
-    pub fn keys(&self) -> &KeyRing {
+    pub fn keys(&self) -> &ProviderKeys {
         &self.state.keys
+    }
+
+    /// Puts a provider key through the store, as the admin API does; used by the next request.
+    pub async fn put_provider_key(
+        &self,
+        provider: &str,
+        id: &str,
+        secret: &str,
+    ) -> Result<i64, StartError> {
+        let version = self.state.keys.put(provider, id, secret, 1, None).await?;
+        self.state.reload_now().await?;
+        Ok(version)
     }
 
     /// The store it reads virtual keys (and more) from.

@@ -27,6 +27,14 @@ pub struct RawConfig {
     pub retry: RawRetry,
     #[serde(default)]
     pub breaker: RawBreaker,
+    #[serde(default)]
+    pub keys: RawKeys,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKeys {
+    pub rollback_window: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -88,6 +88,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let routes = routes(&mut errors, raw.routes, &providers);
     let retry = retry(&mut errors, raw.retry);
     let breaker = breaker(&mut errors, raw.breaker);
+    let keys = KeysConfig {
+        rollback_window: errors.duration(
+            "keys.rollback_window",
+            raw.keys.rollback_window.as_deref(),
+            Duration::from_secs(24 * 3600),
+        ),
+    };
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
@@ -135,6 +142,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         },
         retry,
         breaker,
+        keys,
     })
 }
 

@@ -177,7 +177,7 @@ async fn route_json(
     };
     let inputs = ChainInputs {
         config: &state.config,
-        keys: &state.keys,
+        keys: &state.keys.ring,
         health: &state.health,
         route: &prepared.route,
         first_step: prepared.first_step,
@@ -226,7 +226,7 @@ async fn route_stream(
     };
     let inputs = ChainInputs {
         config: &state.config,
-        keys: &state.keys,
+        keys: &state.keys.ring,
         health: &state.health,
         route: &prepared.route,
         first_step: prepared.first_step,

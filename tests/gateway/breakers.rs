@@ -25,6 +25,7 @@ async fn admin_gateway(config: &str) -> Gateway {
     let config = test_config(config);
     let options = StartOptions {
         admin_token: Some(Secret::new(TOKEN)),
+        ..StartOptions::default()
     };
     let addr = SocketAddr::from(([127, 0, 0, 1], 0));
     Gateway::start_with(config, addr, options)

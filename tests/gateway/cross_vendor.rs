@@ -2,9 +2,7 @@
 //! failing Anthropic primary handing over to an OpenAI secondary.
 
 use serde_json::{Value, json};
-use switchyard::config::ProviderId;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
-use switchyard::keys::Secret;
 use switchyard::router::FailureClass;
 
 use super::support::*;
@@ -190,11 +188,10 @@ async fn anthropic_keys_go_in_x_api_key() {
         route("r", &[("claude", "claude-x")], ""),
     );
     let gateway = gateway(&config).await;
-    gateway.keys().put(
-        &ProviderId("claude".into()),
-        "k",
-        Secret::new("sk-ant-test"),
-    );
+    gateway
+        .put_provider_key("claude", "k", "sk-ant-test")
+        .await
+        .unwrap();
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let sent = &primary.requests()[0];
@@ -207,11 +204,10 @@ async fn anthropic_keys_go_in_x_api_key() {
 async fn a_gemini_step_serves_json_streams_and_tool_calls() {
     let (primary, secondary) = fakes(Behavior::ok().content("one two three")).await;
     let gateway = chain("gemini", &primary, &secondary).await;
-    gateway.keys().put(
-        &ProviderId("primary".into()),
-        "k",
-        Secret::new("gemini-key"),
-    );
+    gateway
+        .put_provider_key("primary", "k", "gemini-key")
+        .await
+        .unwrap();
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(header(&response, "x-switchyard-step"), "0");
     let body: Value = response.json().await.unwrap();
@@ -293,8 +289,9 @@ async fn azure_gets_deployment_urls_and_the_api_key_header() {
     );
     let gateway = gateway(&config).await;
     gateway
-        .keys()
-        .put(&ProviderId("az".into()), "k", Secret::new("azure-key"));
+        .put_provider_key("az", "k", "azure-key")
+        .await
+        .unwrap();
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();

@@ -3,9 +3,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchyard::config::ProviderId;
 use switchyard::fake::{Behavior, FakeUpstream};
-use switchyard::keys::Secret;
 use switchyard::router::FailureClass;
 
 use super::support::*;
@@ -155,11 +153,15 @@ async fn a_401_benches_the_key_and_tries_the_next_one() {
         route("r", &[("primary", "m"), ("secondary", "m")], ""),
     );
     let gateway = gateway(&config).await;
-    let id = ProviderId("primary".into());
+    // Keys load in id order, and equal weights start with the first: the revoked one.
     gateway
-        .keys()
-        .put(&id, "revoked", Secret::new("sk-revoked-0001"));
-    gateway.keys().put(&id, "good", Secret::new("sk-good-0002"));
+        .put_provider_key("primary", "k1-revoked", "sk-revoked-0001")
+        .await
+        .unwrap();
+    gateway
+        .put_provider_key("primary", "k2-good", "sk-good-0002")
+        .await
+        .unwrap();
 
     let first = post(&gateway, &chat("r")).await;
     assert_eq!(header(&first, "x-switchyard-step"), "0");
@@ -199,11 +201,10 @@ async fn a_403_on_the_only_key_moves_to_the_next_step_and_benches_it() {
         route("r", &[("primary", "m"), ("secondary", "m")], ""),
     );
     let gateway = gateway(&config).await;
-    gateway.keys().put(
-        &ProviderId("primary".into()),
-        "only",
-        Secret::new("sk-only-0003"),
-    );
+    gateway
+        .put_provider_key("primary", "only", "sk-only-0003")
+        .await
+        .unwrap();
 
     let first = post(&gateway, &chat("r")).await;
     assert_eq!(header(&first, "x-switchyard-step"), "1");
@@ -281,11 +282,10 @@ async fn exhaustion_without_a_degraded_tier_is_a_503_naming_each_failure() {
         route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
     );
     let gateway = gateway(&config).await;
-    gateway.keys().put(
-        &ProviderId("primary".into()),
-        "k",
-        Secret::new("sk-must-not-leak-9876"),
-    );
+    gateway
+        .put_provider_key("primary", "k", "sk-must-not-leak-9876")
+        .await
+        .unwrap();
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 503);
     assert_eq!(header(&response, "x-switchyard-outcome"), "error");

@@ -1,0 +1,319 @@
+//! Provider keys as operators manage them: put (and rotate), roll back, remove, list, all
+//! through the store, sealed by the vault; and the gateway's ring, reloaded from the store.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::vault::{KeySource, MASTER_KEY_ENV, Vault, VaultError};
+use super::{KeyRing, LoadedKey, Secret};
+use crate::config::{Config, ProviderId};
+use crate::store::{KeyState, NewProviderKey, Store, StoreError, now_ms};
+
+/// Why a key operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Vault(#[from] VaultError),
+    #[error("no provider is named `{0}`")]
+    UnknownProvider(String),
+    #[error("a key id is 1-64 letters, digits, `-`, `_` or `.`")]
+    BadKeyId,
+    #[error("the secret is empty")]
+    EmptySecret,
+    #[error("weight must be at least 1")]
+    BadWeight,
+    #[error("`{provider}` has no key `{key_id}`")]
+    NoSuchKey { provider: String, key_id: String },
+    #[error("`{provider}` key `{key_id}` has no earlier version within the rollback window")]
+    NothingToRollBack { provider: String, key_id: String },
+    #[error("`{0}` has several keys: name one with --id")]
+    AmbiguousKey(String),
+}
+
+/// A key as `keys list` and `GET /admin/keys` show it: never the secret, at most its last 4.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeyView {
+    pub provider: String,
+    pub id: String,
+    pub version: i64,
+    /// `****` and the last four characters, or only `****` for a short secret.
+    pub secret: String,
+    pub weight: u32,
+    pub created_ms: i64,
+    /// When the version in use replaced the one before, if it did.
+    pub rotated_ms: Option<i64>,
+    pub expires_ms: Option<i64>,
+    pub state: &'static str,
+    /// Earlier versions a rollback could restore.
+    pub history: usize,
+}
+
+/// Provider keys in the store, and the ring the gateway sends from.
+pub struct ProviderKeys {
+    store: Store,
+    vault: Vault,
+    providers: Vec<ProviderId>,
+    rollback_window: Duration,
+    /// What requests pick from: the usable keys, opened.
+    pub ring: KeyRing,
+}
+
+impl ProviderKeys {
+    /// Opens the vault for the store and checks that its master key is the store's.
+    pub async fn open(
+        store: Store,
+        config: &Config,
+        master_key: Option<&str>,
+    ) -> Result<ProviderKeys, KeyError> {
+        let vault = Vault::for_store(&config.store.url, master_key)?;
+        let kept = store.master_key_check(vault.check_value()?).await?;
+        vault.verify(&kept)?;
+        Ok(ProviderKeys {
+            store,
+            vault,
+            providers: config.providers.iter().map(|p| p.id.clone()).collect(),
+            rollback_window: config.keys.rollback_window,
+            ring: KeyRing::default(),
+        })
+    }
+
+    /// Where the master key came from, to say once at start.
+    pub fn announce(&self) {
+        match &self.vault.source {
+            KeySource::Generated(path) => tracing::warn!(
+                path = %path.display(),
+                "{MASTER_KEY_ENV} is not set: generated a master key file (mode 0600) beside the database; back it up"
+            ),
+            KeySource::File(path) => {
+                tracing::info!(path = %path.display(), "master key read from its key file")
+            }
+            KeySource::Environment => tracing::info!("master key read from {MASTER_KEY_ENV}"),
+            KeySource::Ephemeral => {
+                tracing::info!("in-memory store: provider keys last as long as this process")
+            }
+        }
+    }
+
+    /// Puts `api_key_env` keys in the store as id `env`, unless the same secret is already there.
+    pub async fn seed_from_env(&self, config: &Config) -> Result<(), KeyError> {
+        let current = self.open_current().await?;
+        for provider in &config.providers {
+            let Some(var) = &provider.api_key_env else {
+                continue;
+            };
+            let Some(secret) = std::env::var(var).ok().filter(|v| !v.is_empty()) else {
+                tracing::warn!(provider = %provider.id, env = %var, "api_key_env is not set");
+                continue;
+            };
+            let unchanged = current
+                .get(&(provider.id.to_string(), "env".to_owned()))
+                .is_some_and(|s| s.expose() == secret);
+            if !unchanged {
+                self.put(provider.id.as_str(), "env", &secret, 1, None)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a key; an existing id is rotated. Returns the new version.
+    pub async fn put(
+        &self,
+        provider: &str,
+        key_id: &str,
+        secret: &str,
+        weight: u32,
+        expires_in: Option<Duration>,
+    ) -> Result<i64, KeyError> {
+        self.known(provider)?;
+        let valid_id = !key_id.is_empty()
+            && key_id.len() <= 64
+            && key_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if !valid_id {
+            return Err(KeyError::BadKeyId);
+        }
+        let secret = secret.trim();
+        if secret.is_empty() {
+            return Err(KeyError::EmptySecret);
+        }
+        if weight == 0 {
+            return Err(KeyError::BadWeight);
+        }
+        let key = NewProviderKey {
+            provider: provider.to_owned(),
+            key_id: key_id.to_owned(),
+            sealed: self.vault.seal(provider, key_id, secret)?,
+            weight,
+            expires_ms: expires_in.map(|d| now_ms() + d.as_millis() as i64),
+        };
+        Ok(self.store.put_provider_key(key).await?)
+    }
+
+    /// Restores the version the last rotation replaced. With no id, the provider's only key.
+    pub async fn rollback(&self, provider: &str, key_id: Option<&str>) -> Result<i64, KeyError> {
+        let key_id = self.resolve_id(provider, key_id).await?;
+        let window = self.rollback_window.as_millis() as i64;
+        self.store
+            .rollback_provider_key(provider, &key_id, window)
+            .await?
+            .ok_or(KeyError::NothingToRollBack {
+                provider: provider.to_owned(),
+                key_id,
+            })
+    }
+
+    /// Removes a key and its history. With no id, the provider's only key.
+    pub async fn remove(&self, provider: &str, key_id: Option<&str>) -> Result<(), KeyError> {
+        let key_id = self.resolve_id(provider, key_id).await?;
+        if self.store.remove_provider_key(provider, &key_id).await? {
+            Ok(())
+        } else {
+            Err(KeyError::NoSuchKey {
+                provider: provider.to_owned(),
+                key_id,
+            })
+        }
+    }
+
+    /// Every key's version in use (or its newest), masked.
+    pub async fn list(&self) -> Result<Vec<KeyView>, KeyError> {
+        let rows = self.store.provider_keys().await?;
+        let mut views: Vec<KeyView> = Vec::new();
+        for row in &rows {
+            let history = rows
+                .iter()
+                .filter(|r| {
+                    r.provider == row.provider
+                        && r.key_id == row.key_id
+                        && r.state == KeyState::History
+                })
+                .count();
+            let first_created = rows
+                .iter()
+                .filter(|r| r.provider == row.provider && r.key_id == row.key_id)
+                .map(|r| r.created_ms)
+                .min()
+                .unwrap_or(row.created_ms);
+            if row.state != KeyState::Active {
+                continue;
+            }
+            let secret = self.vault.open(&row.provider, &row.key_id, &row.sealed)?;
+            views.push(KeyView {
+                provider: row.provider.clone(),
+                id: row.key_id.clone(),
+                version: row.version,
+                secret: mask(secret.expose()),
+                weight: row.weight,
+                created_ms: first_created,
+                rotated_ms: (row.version > 1).then_some(row.created_ms),
+                expires_ms: row.expires_ms,
+                state: if row.usable(now_ms()) {
+                    "active"
+                } else {
+                    "expired"
+                },
+                history,
+            });
+        }
+        Ok(views)
+    }
+
+    /// Loads the store's usable keys into the ring.
+    pub async fn reload(&self) -> Result<(), KeyError> {
+        let now = now_ms();
+        let mut loaded = Vec::new();
+        for row in self.store.provider_keys().await? {
+            if !row.usable(now) {
+                continue;
+            }
+            loaded.push(LoadedKey {
+                secret: self.vault.open(&row.provider, &row.key_id, &row.sealed)?,
+                provider: ProviderId(row.provider.as_str().into()),
+                id: row.key_id,
+                version: row.version,
+                weight: row.weight,
+                expires_ms: row.expires_ms,
+            });
+        }
+        self.ring.replace_all(loaded);
+        Ok(())
+    }
+
+    /// Deletes expired keys and history older than the rollback window.
+    pub async fn purge(&self) -> Result<usize, KeyError> {
+        Ok(self
+            .store
+            .purge_provider_keys(self.rollback_window.as_millis() as i64)
+            .await?)
+    }
+
+    async fn open_current(&self) -> Result<HashMap<(String, String), Secret>, KeyError> {
+        let mut current = HashMap::new();
+        for row in self.store.provider_keys().await? {
+            if row.state == KeyState::Active {
+                let secret = self.vault.open(&row.provider, &row.key_id, &row.sealed)?;
+                current.insert((row.provider, row.key_id), secret);
+            }
+        }
+        Ok(current)
+    }
+
+    async fn resolve_id(&self, provider: &str, key_id: Option<&str>) -> Result<String, KeyError> {
+        self.known(provider)?;
+        if let Some(key_id) = key_id {
+            return Ok(key_id.to_owned());
+        }
+        let mut ids: Vec<String> = self
+            .store
+            .provider_keys()
+            .await?
+            .into_iter()
+            .filter(|r| r.provider == provider)
+            .map(|r| r.key_id)
+            .collect();
+        ids.dedup();
+        match ids.as_slice() {
+            [only] => Ok(only.clone()),
+            [] => Err(KeyError::NoSuchKey {
+                provider: provider.to_owned(),
+                key_id: "(any)".into(),
+            }),
+            _ => Err(KeyError::AmbiguousKey(provider.to_owned())),
+        }
+    }
+
+    fn known(&self, provider: &str) -> Result<(), KeyError> {
+        if self.providers.iter().any(|p| p.as_str() == provider) {
+            Ok(())
+        } else {
+            Err(KeyError::UnknownProvider(provider.to_owned()))
+        }
+    }
+}
+
+/// `****` and at most the last four characters; only `****` for a secret under 12.
+pub fn mask(secret: &str) -> String {
+    let chars: Vec<char> = secret.chars().collect();
+    if chars.len() < 12 {
+        return "****".into();
+    }
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("****{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask;
+
+    #[test]
+    fn masks_show_at_most_the_last_four_characters() {
+        assert_eq!(mask("sk-proj-abcdefgh1234"), "****1234");
+        assert_eq!(mask("short"), "****");
+    }
+}
