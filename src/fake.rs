@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 pub struct FakeUpstream {
     name: String,
     script: Script,
+    required_key: Option<String>,
 }
 
 impl FakeUpstream {
@@ -39,6 +40,7 @@ impl FakeUpstream {
         FakeUpstream {
             name: name.to_owned(),
             script: Script::default(),
+            required_key: None,
         }
     }
 
@@ -60,6 +62,13 @@ impl FakeUpstream {
         self
     }
 
+    /// Answers 401 (echoing the key it got, as some providers do) unless the request carries
+    /// `key` as a bearer token, `x-api-key`, `api-key` or `x-goog-api-key`.
+    pub fn require_key(mut self, key: &str) -> FakeUpstream {
+        self.required_key = Some(key.to_owned());
+        self
+    }
+
     /// Starts on an ephemeral loopback port.
     pub async fn start(self) -> std::io::Result<FakeHandle> {
         self.start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await
@@ -68,6 +77,11 @@ impl FakeUpstream {
     /// Starts on `addr`.
     pub async fn start_on(self, addr: SocketAddr) -> std::io::Result<FakeHandle> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        Ok(server::spawn(listener, self.name, self.script))
+        Ok(server::spawn(
+            listener,
+            self.name,
+            self.script,
+            self.required_key,
+        ))
     }
 }

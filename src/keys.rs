@@ -245,4 +245,27 @@ mod tests {
         let only_big = ring.pick_where(&provider(), &[], |id| id == "big");
         assert!(only_big.is_none());
     }
+
+    #[test]
+    fn expired_keys_are_never_picked_and_rotations_start_unbenched() {
+        let ring = KeyRing::default();
+        let key = |id: &str, version, expires_ms| LoadedKey {
+            provider: provider(),
+            id: id.into(),
+            version,
+            secret: Secret::new("s"),
+            weight: 1,
+            expires_ms,
+        };
+        ring.replace_all(vec![key("old", 1, Some(crate::store::now_ms() - 1))]);
+        assert!(ring.pick(&provider(), &[]).is_none(), "expired");
+
+        ring.replace_all(vec![key("main", 1, None)]);
+        ring.bench(&provider(), "main", Duration::from_secs(60));
+        ring.replace_all(vec![key("main", 1, None)]);
+        assert!(ring.pick(&provider(), &[]).is_none(), "the same version keeps its bench");
+        ring.replace_all(vec![key("main", 2, None)]);
+        assert!(ring.pick(&provider(), &[]).is_some(), "a rotated version starts fresh");
+    }
+
 }

@@ -33,6 +33,11 @@ enum Command {
         #[arg(long, default_value = "switchyard.toml")]
         config: PathBuf,
     },
+    /// Manage provider keys: put (reads the secret from stdin), list, rollback, rm.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Manage virtual keys: create, list, revoke.
     Vkeys {
         #[command(subcommand)]
@@ -48,6 +53,47 @@ enum Command {
         /// A script as JSON (`{"behaviors":[{"status":500},{}],"mode":"cycle"}`), or @FILE.
         #[arg(long)]
         script: Option<String>,
+        /// Answer 401 unless requests carry this key.
+        #[arg(long)]
+        require_key: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Store a provider key read from stdin; an existing id is rotated, the old version kept.
+    Put {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+        provider: String,
+        #[arg(long, default_value = "default")]
+        id: String,
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+        /// Expire the key after this long, such as `30d`.
+        #[arg(long)]
+        expires: Option<String>,
+    },
+    /// List keys, secrets masked.
+    List {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+    },
+    /// Restore the version the last rotation replaced, within the rollback window.
+    Rollback {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+        provider: String,
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Remove a key and its history.
+    Rm {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+        provider: String,
+        #[arg(long)]
+        id: Option<String>,
     },
 }
 
@@ -146,24 +192,88 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             Err(e) => Err(e.into()),
         },
         Command::Vkeys { command } => vkeys(command).await,
+        Command::Keys { command } => keys(command).await,
         Command::FakeUpstream {
             listen,
             name,
             script,
+            require_key,
         } => {
             let script = match script {
                 Some(script) => parse_script(&script)?,
                 None => Script::default(),
             };
-            let fake = FakeUpstream::new(&name)
-                .script(script)
-                .start_on(listen)
-                .await?;
+            let mut fake = FakeUpstream::new(&name).script(script);
+            if let Some(key) = require_key {
+                fake = fake.require_key(&key);
+            }
+            let fake = fake.start_on(listen).await?;
             println!("fake upstream `{name}` on {}", fake.base_url());
             shutdown_signal().await;
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+async fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
+    use switchyard::keys::provider_keys::{ProviderKeys, table};
+    use switchyard::store::Store;
+    let open = |path: PathBuf| async move {
+        let config = load(&path)?;
+        let store = Store::open(&config.store.url).await?;
+        let master_key = std::env::var(switchyard::keys::vault::MASTER_KEY_ENV).ok();
+        let keys = ProviderKeys::open(store, &config, master_key.as_deref()).await?;
+        anyhow::Ok(keys)
+    };
+    match command {
+        KeysCommand::Put {
+            config,
+            provider,
+            id,
+            weight,
+            expires,
+        } => {
+            let expires_in = expires
+                .map(|e| {
+                    switchyard::config::parse_duration(&e)
+                        .map_err(|m| anyhow::anyhow!("--expires: {m}"))
+                })
+                .transpose()?;
+            let keys = open(config).await?;
+            let mut secret = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut secret)
+                .context("cannot read the secret from stdin")?;
+            let version = keys
+                .put(&provider, &id, &secret, weight, expires_in)
+                .await?;
+            eprintln!("stored {provider} key `{id}` as version {version}");
+        }
+        KeysCommand::List { config } => {
+            let keys = open(config).await?;
+            keys.purge().await?;
+            print!("{}", table(&keys.list().await?));
+        }
+        KeysCommand::Rollback {
+            config,
+            provider,
+            id,
+        } => {
+            let version = open(config)
+                .await?
+                .rollback(&provider, id.as_deref())
+                .await?;
+            eprintln!("{provider} is back on version {version}");
+        }
+        KeysCommand::Rm {
+            config,
+            provider,
+            id,
+        } => {
+            open(config).await?.remove(&provider, id.as_deref()).await?;
+            eprintln!("removed");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {

@@ -190,19 +190,52 @@ impl Shared {
     }
 }
 
-/// The whole HTTP surface, for `run` and for tests that drive it directly.
+/// The whole HTTP surface, for `run` and for tests that drive it directly. The admin API
+/// is part of it unless `[server] admin_listen` gives it an address of its own.
 pub fn app(state: AppState) -> Router {
-    let limit = state.config.server.max_body_bytes;
-    Router::new()
+    let routes = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/messages", post(messages::messages))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .route("/metrics", get(metrics));
+    let routes = if state.config.server.admin_listen.is_none() {
+        routes.merge(admin_routes())
+    } else {
+        routes
+    };
+    finish_router(routes, state)
+}
+
+/// The admin API alone, for its own address.
+pub fn admin_app(state: AppState) -> Router {
+    finish_router(admin_routes(), state)
+}
+
+fn admin_routes() -> Router<AppState> {
+    Router::new()
         .route("/admin/breakers", get(admin::breakers::list))
         .route("/admin/breakers/reset", post(admin::breakers::reset))
+        .route("/admin/keys", get(admin::keys::list))
+        .route(
+            "/admin/keys/{provider}",
+            axum::routing::put(admin::keys::put),
+        )
+        .route(
+            "/admin/keys/{provider}/rollback",
+            post(admin::keys::rollback),
+        )
+        .route(
+            "/admin/keys/{provider}/{id}",
+            axum::routing::delete(admin::keys::remove),
+        )
+}
+
+fn finish_router(routes: Router<AppState>, state: AppState) -> Router {
+    let limit = state.config.server.max_body_bytes;
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
@@ -217,27 +250,53 @@ pub async fn run(
     options: StartOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    let admin = bind_admin(&config).await?;
     let (state, writer) = AppState::new(config, options).await?;
-    serve_state(listener, state, writer, shutdown).await
+    serve_state(listener, admin, state, writer, shutdown).await
+}
+
+async fn bind_admin(config: &Config) -> Result<Option<TcpListener>, StartError> {
+    match config.server.admin_listen {
+        Some(addr) => Ok(Some(TcpListener::bind(addr).await?)),
+        None => Ok(None),
+    }
 }
 
 async fn serve_state(
     listener: TcpListener,
+    admin: Option<TcpListener>,
     state: AppState,
     writer: TelemetryWriter,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    // One signal stops both servers.
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
     let draining_state = state.clone();
-    let shutdown = async move {
+    tokio::spawn(async move {
         shutdown.await;
         draining_state.draining.store(true, Ordering::SeqCst);
         tracing::info!("shutting down: draining in-flight requests");
+        let _ = stopping.send(true);
+    });
+    let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
     };
+    let admin_server = admin.map(|admin| {
+        let router = admin_app(state.clone());
+        tokio::spawn(
+            axum::serve(admin, router)
+                .with_graceful_shutdown(signal(stopped.clone()))
+                .into_future(),
+        )
+    });
     let listener = listener::CountingListener::new(listener, state.open_connections.clone());
     let result = axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(signal(stopped))
         .await;
-    // Every connection is closed and the router dropped: the log's senders are gone.
+    if let Some(admin_server) = admin_server {
+        let _ = admin_server.await;
+    }
+    // Every connection is closed and the routers dropped: the log's senders are gone.
     writer.finish().await;
     result.map_err(StartError::Listen)
 }
@@ -245,6 +304,8 @@ async fn serve_state(
 /// A gateway running in this process, as tests and the demo use it.
 pub struct Gateway {
     addr: SocketAddr,
+    /// Where the admin API listens, when `[server] admin_listen` moves it off `addr`.
+    admin_addr: Option<SocketAddr>,
     state: AppState,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), StartError>>,
@@ -264,14 +325,23 @@ impl Gateway {
     ) -> Result<Gateway, StartError> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let admin = bind_admin(&config).await?;
+        let admin_addr = admin.as_ref().map(|a| a.local_addr()).transpose()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (state, writer) = AppState::new(config, options).await?;
         let shutdown = async move {
             let _ = stopped.await;
         };
-        let task = tokio::spawn(serve_state(listener, state.clone(), writer, shutdown));
+        let task = tokio::spawn(serve_state(
+            listener,
+            admin,
+            state.clone(),
+            writer,
+            shutdown,
+        ));
         Ok(Gateway {
             addr,
+            admin_addr,
             state,
             stop: Some(stop),
             task,
@@ -286,6 +356,11 @@ impl Gateway {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The admin API's base url: its own address if it has one, else the gateway's.
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin_addr.unwrap_or(self.addr))
     }
 
     /// `http://addr`.

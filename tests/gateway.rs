@@ -9,6 +9,7 @@ mod gateway {
     mod cross_vendor;
     mod embeddings;
     mod fallback;
+    mod keys;
     mod lifecycle;
     mod limits;
     mod messages;

@@ -69,6 +69,8 @@ struct FakeState {
     script: Mutex<ScriptState>,
     recorded: Mutex<Vec<RecordedRequest>>,
     stats: watch::Sender<FakeStats>,
+    /// The only key accepted, when set.
+    required_key: Option<String>,
 }
 
 impl FakeState {
@@ -166,7 +168,12 @@ fn set_script(state: &FakeState, script: Script) {
 }
 
 /// Serves `listener` until the handle is dropped.
-pub fn spawn(listener: TcpListener, name: String, script: Script) -> FakeHandle {
+pub fn spawn(
+    listener: TcpListener,
+    name: String,
+    script: Script,
+    required_key: Option<String>,
+) -> FakeHandle {
     // Binding succeeded, so the local address is known.
     let addr = listener
         .local_addr()
@@ -176,6 +183,7 @@ pub fn spawn(listener: TcpListener, name: String, script: Script) -> FakeHandle 
         script: Mutex::new(ScriptState { script, base: 0 }),
         recorded: Mutex::new(Vec::new()),
         stats: watch::Sender::new(FakeStats::default()),
+        required_key,
     });
     let accept_state = state.clone();
     let accept = tokio::spawn(async move {
@@ -201,6 +209,17 @@ pub fn spawn(listener: TcpListener, name: String, script: Script) -> FakeHandle 
         state,
         accept,
     }
+}
+
+/// The key a request presents, however its provider kind sends it.
+fn presented_key(headers: &hyper::HeaderMap) -> Option<String> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    header("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| header("x-api-key"))
+        .or_else(|| header("api-key"))
+        .or_else(|| header("x-goog-api-key"))
+        .map(str::to_owned)
 }
 
 /// Returned by the service to make hyper close the connection without answering.
@@ -248,6 +267,17 @@ async fn handle(
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     });
+    if let Some(required) = &state.required_key {
+        let offered = presented_key(&parts.headers);
+        if offered.as_deref() != Some(required.as_str()) {
+            state.next_behavior();
+            // Real providers echo (part of) a wrong key back; the gateway must not pass it on.
+            let body = serde_json::json!({"error": {
+                "message": format!("Incorrect API key provided: {}", offered.unwrap_or_default()),
+                "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
+            return Ok(json_response(401, &body.to_string()));
+        }
+    }
     let (call, behavior) = state.next_behavior();
     if behavior.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(behavior.delay_ms)).await;

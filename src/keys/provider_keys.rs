@@ -297,6 +297,42 @@ impl ProviderKeys {
     }
 }
 
+/// `keys list`: one key a line, its secret masked.
+pub fn table(keys: &[KeyView]) -> String {
+    let date = |ms: i64| {
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64))
+    };
+    let mut out = format!(
+        "{:<14}  {:<16}  {:>7}  {:<10}  {:>6}  {:<29}  {:<29}  {:<29}  {:<8}  {}\n",
+        "PROVIDER",
+        "ID",
+        "VERSION",
+        "SECRET",
+        "WEIGHT",
+        "CREATED",
+        "ROTATED",
+        "EXPIRES",
+        "STATE",
+        "HISTORY"
+    );
+    for key in keys {
+        out.push_str(&format!(
+            "{:<14}  {:<16}  {:>7}  {:<10}  {:>6}  {:<29}  {:<29}  {:<29}  {:<8}  {}\n",
+            key.provider,
+            key.id,
+            key.version,
+            key.secret,
+            key.weight,
+            date(key.created_ms),
+            key.rotated_ms.map(date).unwrap_or_else(|| "-".into()),
+            key.expires_ms.map(date).unwrap_or_else(|| "never".into()),
+            key.state,
+            key.history,
+        ));
+    }
+    out
+}
+
 /// `****` and at most the last four characters; only `****` for a secret under 12.
 pub fn mask(secret: &str) -> String {
     let chars: Vec<char> = secret.chars().collect();

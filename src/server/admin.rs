@@ -4,6 +4,7 @@
 //! configured (the admin API is off) and 401 for anything but the right token.
 
 pub mod breakers;
+pub mod keys;
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;

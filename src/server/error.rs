@@ -42,6 +42,10 @@ pub enum ApiError {
     NotFound(String),
     #[error("method not allowed")]
     MethodNotAllowed,
+    #[error("{0}")]
+    Missing(String),
+    #[error("{0}")]
+    Internal(&'static str),
 }
 
 impl ApiError {
@@ -50,7 +54,10 @@ impl ApiError {
         match self {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::InvalidJson(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
-            ApiError::UnknownModel(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::UnknownModel(_) | ApiError::NotFound(_) | ApiError::Missing(_) => {
+                StatusCode::NOT_FOUND
+            }
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -83,6 +90,8 @@ impl ApiError {
             ApiError::AllStepsFailed(_) => "all_steps_failed",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Missing(_) => "not_found",
+            ApiError::Internal(_) => "internal_error",
         }
     }
 

@@ -1,0 +1,516 @@
+//! Provider keys: stored sealed, rotated and rolled back live, benched on 401, never leaked.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::future::join_all;
+use serde_json::{Value, json};
+use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::keys::Secret;
+use switchyard::server::{Gateway, StartOptions};
+
+use super::support::*;
+
+const TOKEN: &str = "admin-token-for-key-tests";
+const GOOD: &str = "sk-good-key-0000-1111-AAAA";
+const WRONG: &str = "sk-wrong-key-2222-3333-BBBB";
+
+/// primary (keyed, accepting only `GOOD`) → secondary (keyless), with the admin API on.
+async fn keyed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
+    let config = test_config(&format!(
+        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}{extra}",
+        primary.base_url(),
+        provider("secondary", secondary),
+        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
+    ));
+    let options = StartOptions {
+        admin_token: Some(Secret::new(TOKEN)),
+        ..StartOptions::default()
+    };
+    Gateway::start_with(config, "127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .expect("gateway starts")
+}
+
+async fn admin(
+    gateway: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut request = client()
+        .request(method, format!("{}{path}", gateway.admin_url()))
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+async fn put_key(gateway: &Gateway, secret: &str) {
+    let response = admin(
+        gateway,
+        reqwest::Method::PUT,
+        "/admin/keys/primary",
+        Some(json!({"secret": secret, "id": "main"})),
+    )
+    .await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+}
+
+async fn served_step(gateway: &Gateway) -> String {
+    let response = post(gateway, &chat("r")).await;
+    assert_eq!(response.status(), 200);
+    header(&response, "x-switchyard-step").to_owned()
+}
+
+#[tokio::test]
+async fn the_seeds_three_checks_with_no_restart() {
+    let primary = FakeUpstream::new("primary")
+        .require_key(GOOD)
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = keyed(&primary, &secondary, "").await;
+
+    put_key(&gateway, GOOD).await;
+    assert_eq!(
+        served_step(&gateway).await,
+        "0",
+        "a normal call is served by step 0"
+    );
+
+    put_key(&gateway, WRONG).await;
+    assert_eq!(
+        served_step(&gateway).await,
+        "1",
+        "a wrong key for the primary: the secondary serves"
+    );
+
+    let rolled = admin(
+        &gateway,
+        reqwest::Method::POST,
+        "/admin/keys/primary/rollback",
+        None,
+    )
+    .await;
+    assert_eq!(rolled.status(), 200);
+    assert_eq!(
+        served_step(&gateway).await,
+        "0",
+        "rolled back to the good key, step 0 serves again"
+    );
+
+    put_key(&gateway, WRONG).await;
+    assert_eq!(served_step(&gateway).await, "1");
+    put_key(&gateway, GOOD).await;
+    assert_eq!(
+        served_step(&gateway).await,
+        "0",
+        "rotated to the good key, step 0 serves again"
+    );
+}
+
+#[tokio::test]
+async fn a_key_put_from_the_cli_reaches_a_running_gateway() {
+    let primary = FakeUpstream::new("primary")
+        .require_key(GOOD)
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let db = std::env::temp_dir().join(format!("switchyard-keys-{}.db", uuid::Uuid::now_v7()));
+    let store = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
+    let gateway = keyed(&primary, &secondary, &store).await;
+    assert_eq!(
+        served_step(&gateway).await,
+        "1",
+        "no key yet: the primary is skipped"
+    );
+
+    let config =
+        std::env::temp_dir().join(format!("switchyard-keys-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(
+        &config,
+        format!(
+            "{store}[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n",
+            primary.base_url()
+        ),
+    )
+    .unwrap();
+    let mut put = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["keys", "put", "--config"])
+        .arg(&config)
+        .args(["primary", "--id", "main"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut put.stdin.take().unwrap(),
+        format!("{GOOD}\n").as_bytes(),
+    )
+    .unwrap();
+    assert!(put.wait().unwrap().success());
+    tokio::time::timeout(std::time::Duration::from_secs(1), gateway.keys_current())
+        .await
+        .expect("the gateway loads the new key within 1 s");
+    assert_eq!(served_step(&gateway).await, "0");
+    for suffix in ["", "-wal", "-shm", ".key"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let _ = std::fs::remove_file(config);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotation_under_load_fails_no_request_and_switches_every_later_one() {
+    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = keyed(&primary, &secondary, "").await;
+    put_key(&gateway, "sk-old-key-0000-OLD1").await;
+    let next = Arc::new(AtomicU64::new(0));
+    let rotated_after = Arc::new(AtomicU64::new(u64::MAX));
+
+    let load = (0..4).map(|_| {
+        let (next, gateway_url) = (next.clone(), gateway.url());
+        async move {
+            let client = client();
+            let mut statuses = Vec::new();
+            for _ in 0..60 {
+                let seq = next.fetch_add(1, Ordering::SeqCst);
+                let mut body = chat("r");
+                body["messages"][0]["content"] = json!(format!("seq {seq}"));
+                let response = client
+                    .post(format!("{gateway_url}/v1/chat/completions"))
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
+                statuses.push((
+                    response.status().as_u16(),
+                    header(&response, "x-switchyard-step").to_owned(),
+                ));
+            }
+            statuses
+        }
+    });
+    let rotate = async {
+        // Rotate once the load is well under way.
+        while next.load(Ordering::SeqCst) < 80 {
+            tokio::task::yield_now().await;
+        }
+        put_key(&gateway, "sk-new-key-9999-NEW1").await;
+        rotated_after.store(next.load(Ordering::SeqCst), Ordering::SeqCst);
+    };
+    let (results, ()) = tokio::join!(join_all(load), rotate);
+    for (status, step) in results.into_iter().flatten() {
+        assert_eq!(
+            (status, step.as_str()),
+            (200, "0"),
+            "no request fails or falls back"
+        );
+    }
+    let boundary = rotated_after.load(Ordering::SeqCst);
+    let mut after = 0;
+    for request in primary.requests() {
+        let content = request.json()["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        let seq: u64 = content.trim_start_matches("seq ").parse().unwrap();
+        if seq >= boundary {
+            after += 1;
+            assert_eq!(
+                request.headers["authorization"], "Bearer sk-new-key-9999-NEW1",
+                "seq {seq}"
+            );
+        }
+    }
+    assert!(after > 0, "some requests started after the rotation");
+}
+
+#[tokio::test]
+async fn the_admin_api_wants_its_token_and_is_off_without_one() {
+    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = keyed(&primary, &secondary, "").await;
+    let url = format!("{}/admin/keys", gateway.url());
+    assert_eq!(client().get(&url).send().await.unwrap().status(), 401);
+    assert_eq!(
+        client()
+            .get(&url)
+            .bearer_auth("nope")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    assert_eq!(
+        client()
+            .get(&url)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    let off = two_step(&primary, &secondary, "").await;
+    let response = client()
+        .get(format!("{}/admin/keys", off.url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        404,
+        "no token configured: the admin API is off"
+    );
+}
+
+#[tokio::test]
+async fn the_admin_api_can_have_its_own_address() {
+    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = keyed(
+        &primary,
+        &secondary,
+        "[server]\nadmin_listen = \"127.0.0.1:0\"\n",
+    )
+    .await;
+    assert_ne!(gateway.admin_url(), gateway.url());
+    let public = client()
+        .get(format!("{}/admin/keys", gateway.url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), 404, "not on the public address");
+    put_key(&gateway, GOOD).await;
+    let listed = admin(&gateway, reqwest::Method::GET, "/admin/keys", None).await;
+    let body: Value = listed.json().await.unwrap();
+    assert_eq!(body["keys"][0]["secret"], "****AAAA");
+    assert_eq!(served_step(&gateway).await, "0");
+}
+
+#[tokio::test]
+async fn bad_admin_requests_get_clear_errors() {
+    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = keyed(&primary, &secondary, "").await;
+    let put =
+        |path: &'static str, body: Value| admin(&gateway, reqwest::Method::PUT, path, Some(body));
+    assert_eq!(
+        put("/admin/keys/nobody", json!({"secret": "x"}))
+            .await
+            .status(),
+        404
+    );
+    assert_eq!(
+        put("/admin/keys/primary", json!({"secret": ""}))
+            .await
+            .status(),
+        400
+    );
+    assert_eq!(
+        put("/admin/keys/primary", json!({"secret": "s", "weight": 0}))
+            .await
+            .status(),
+        400
+    );
+    assert_eq!(
+        put(
+            "/admin/keys/primary",
+            json!({"secret": "s", "expires_in": "soon"})
+        )
+        .await
+        .status(),
+        400
+    );
+    let rollback = admin(
+        &gateway,
+        reqwest::Method::POST,
+        "/admin/keys/primary/rollback",
+        None,
+    )
+    .await;
+    assert_eq!(rollback.status(), 404, "no key to roll back");
+    let removed = admin(
+        &gateway,
+        reqwest::Method::DELETE,
+        "/admin/keys/primary/ghost",
+        None,
+    )
+    .await;
+    assert_eq!(removed.status(), 404);
+}
+
+#[tokio::test]
+async fn a_wrong_master_key_is_a_clear_error_at_start() {
+    let db = std::env::temp_dir().join(format!("switchyard-master-{}.db", uuid::Uuid::now_v7()));
+    let config = || test_config(&format!("[store]\nurl = \"sqlite://{}\"\n", db.display()));
+    let with_key = |byte: u8| StartOptions {
+        master_key: Some(Secret::new(base64_of(&[byte; 32]))),
+        ..StartOptions::default()
+    };
+    let first = Gateway::start_with(config(), "127.0.0.1:0".parse().unwrap(), with_key(1)).await;
+    assert!(first.is_ok());
+    drop(first);
+    let error = Gateway::start_with(config(), "127.0.0.1:0".parse().unwrap(), with_key(2))
+        .await
+        .err()
+        .expect("a wrong master key fails the start");
+    assert!(
+        error.to_string().contains("master key does not open"),
+        "{error}"
+    );
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
+
+fn base64_of(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+mod no_leak {
+    //! The secret appears in no log line, metric, error body, header, `Debug` output or
+    //! plain-text byte of the SQLite file, through put, rotation, requests and a 401 that
+    //! echoes the key back.
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    const FIRST: &str = "sk-live-FIRSTSECRET-7f3a9c";
+    const SECOND: &str = "sk-live-SECONDSECRET-b81e44";
+
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Capture {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Capture {
+        type Writer = Capture;
+
+        fn make_writer(&'a self) -> Capture {
+            self.clone()
+        }
+    }
+
+    fn assert_clean(what: &str, text: &str) {
+        for secret in [FIRST, SECOND, "FIRSTSECRET", "SECONDSECRET"] {
+            assert!(!text.contains(secret), "{what} leaks `{secret}`:\n{text}");
+        }
+    }
+
+    // Current-thread, so every task the gateway spawns logs into this test's subscriber.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_secret_is_never_exposed() {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(capture.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        // The primary takes only another key and echoes whatever it got back in its 401.
+        let primary = FakeUpstream::new("primary")
+            .require_key("sk-the-right-one-0000")
+            .start()
+            .await
+            .unwrap();
+        let secondary = FakeUpstream::new("secondary")
+            .then(switchyard::fake::Behavior::status(500))
+            .start()
+            .await
+            .unwrap();
+        let db = std::env::temp_dir().join(format!("switchyard-leak-{}.db", uuid::Uuid::now_v7()));
+        let gateway = keyed(
+            &primary,
+            &secondary,
+            &format!("[store]\nurl = \"sqlite://{}\"\n", db.display()),
+        )
+        .await;
+        put_key(&gateway, FIRST).await;
+        put_key(&gateway, SECOND).await;
+
+        let mut seen = String::new();
+        for _ in 0..3 {
+            let response = post(&gateway, &chat("r")).await;
+            assert_eq!(response.status(), 503);
+            for (name, value) in response.headers() {
+                seen.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("")));
+            }
+            seen.push_str(&response.text().await.unwrap());
+        }
+        assert!(
+            primary
+                .requests()
+                .iter()
+                .any(|r| r.headers["authorization"].contains(SECOND)),
+            "the key really was sent upstream, and echoed back"
+        );
+        let listed = admin(&gateway, reqwest::Method::GET, "/admin/keys", None).await;
+        seen.push_str(&listed.text().await.unwrap());
+        let breakers = admin(&gateway, reqwest::Method::GET, "/admin/breakers", None).await;
+        seen.push_str(&breakers.text().await.unwrap());
+        let metrics = client()
+            .get(format!("{}/metrics", gateway.url()))
+            .send()
+            .await
+            .unwrap();
+        seen.push_str(&metrics.text().await.unwrap());
+        let rollback = admin(
+            &gateway,
+            reqwest::Method::POST,
+            "/admin/keys/primary/rollback",
+            None,
+        )
+        .await;
+        seen.push_str(&rollback.text().await.unwrap());
+        assert_clean("answers, headers, /metrics and the admin API", &seen);
+
+        let ring = &gateway.keys().ring;
+        let lease = ring.pick(&switchyard::config::ProviderId("primary".into()), &[]);
+        let debug = format!(
+            "{lease:?} {:?} {:?}",
+            Secret::new(FIRST),
+            gateway.telemetry().recent()
+        );
+        assert!(lease.is_some());
+        assert_clean("Debug output", &debug);
+
+        gateway.telemetry().wait_for_rows(3).await;
+        let logs = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+        assert!(logs.contains("request"), "the request log was captured");
+        assert_clean("the logs", &logs);
+
+        for suffix in ["", "-wal"] {
+            let path = format!("{}{suffix}", db.display());
+            let bytes = std::fs::read(&path).unwrap_or_default();
+            assert_clean(
+                &format!("the store file {path}"),
+                &String::from_utf8_lossy(&bytes),
+            );
+        }
+        for suffix in ["", "-wal", "-shm", ".key"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+    }
+}
