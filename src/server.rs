@@ -148,7 +148,7 @@ impl AppState {
             &config.auth.default_role,
         )
         .await?;
-        let (telemetry, writer) = Telemetry::start();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
         let health = Health::new(config.breaker.clone());

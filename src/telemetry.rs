@@ -3,9 +3,11 @@
 //! The handler builds a record as it goes; a [`RecordGuard`] sends it when the request ends,
 //! however it ends (answer, error, client disconnect mid-stream, panic). Records go through a
 //! bounded queue to a writer task, so the request path never waits on I/O; when the queue is
-//! full the record waits in a spawned task instead of being dropped.
+//! full the record waits in a spawned task instead of being dropped. The writer stores rows in
+//! batches, one transaction each, and finishes its last batch before shutdown completes.
 
 pub mod metrics;
+mod writer;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -14,8 +16,11 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::{ModelName, ProviderId, RouteName};
+use crate::config::{Config, ModelName, ProviderId, RouteName};
 use crate::router::FailureClass;
+use crate::store::Store;
+
+pub use writer::log_row;
 
 /// How a request ended, from the client's point of view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +98,8 @@ pub struct RequestRecord {
     pub overhead: Duration,
     pub tokens_in: Option<u64>,
     pub tokens_out: Option<u64>,
+    /// US dollars, priced by the writer from `[[prices]]`; `None` for unpriced models.
+    pub cost_usd: Option<f64>,
     pub stream: bool,
     pub partial: bool,
     /// A short, secret-free reason when the outcome is an error.
@@ -119,6 +126,7 @@ impl RequestRecord {
             overhead: Duration::ZERO,
             tokens_in: None,
             tokens_out: None,
+            cost_usd: None,
             stream,
             partial: false,
             error: None,
@@ -127,7 +135,7 @@ impl RequestRecord {
 }
 
 /// Recent request records, kept in memory for tests and the operator's views.
-struct RecentLog {
+pub(crate) struct RecentLog {
     rows: Mutex<VecDeque<RequestRecord>>,
     written: watch::Sender<u64>,
 }
@@ -158,25 +166,16 @@ impl TelemetryWriter {
 }
 
 impl Telemetry {
-    /// Starts the writer task.
-    pub fn start() -> (Telemetry, TelemetryWriter) {
-        let (queue, mut receiver) = mpsc::channel::<RequestRecord>(QUEUE_DEPTH);
+    /// Starts the writer task, which stores rows in `store` and prices them from `config`.
+    pub fn start(store: Store, config: &Config) -> (Telemetry, TelemetryWriter) {
+        let (queue, receiver) = mpsc::channel::<RequestRecord>(QUEUE_DEPTH);
         let log = Arc::new(RecentLog {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
         });
         let metrics = Arc::new(metrics::Metrics::default());
-        let writer_log = log.clone();
-        let writer_metrics = metrics.clone();
-        let writer = tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(64);
-            while receiver.recv_many(&mut batch, 64).await > 0 {
-                for record in batch.drain(..) {
-                    writer_metrics.observe(&record);
-                    writer_log.append(record);
-                }
-            }
-        });
+        let writer = writer::Writer::new(store, config, log.clone(), metrics.clone());
+        let writer = tokio::spawn(writer.run(receiver));
         (
             Telemetry {
                 queue,
@@ -209,7 +208,8 @@ impl Telemetry {
         self.log.lock().iter().cloned().collect()
     }
 
-    /// Resolves once at least `count` records have been written since start.
+    /// Resolves once at least `count` records have been written (committed to the store)
+    /// since start.
     pub async fn wait_for_rows(&self, count: u64) {
         let mut written = self.log.written.subscribe();
         // The sender lives as long as `self`, so this cannot fail while we wait.
@@ -256,8 +256,6 @@ impl RecentLog {
             rows.pop_front();
         }
         rows.push_back(record);
-        drop(rows);
-        self.written.send_modify(|n| *n += 1);
     }
 }
 
