@@ -263,9 +263,14 @@ mod tests {
         ring.replace_all(vec![key("main", 1, None)]);
         ring.bench(&provider(), "main", Duration::from_secs(60));
         ring.replace_all(vec![key("main", 1, None)]);
-        assert!(ring.pick(&provider(), &[]).is_none(), "the same version keeps its bench");
+        assert!(
+            ring.pick(&provider(), &[]).is_none(),
+            "the same version keeps its bench"
+        );
         ring.replace_all(vec![key("main", 2, None)]);
-        assert!(ring.pick(&provider(), &[]).is_some(), "a rotated version starts fresh");
+        assert!(
+            ring.pick(&provider(), &[]).is_some(),
+            "a rotated version starts fresh"
+        );
     }
-
 }
