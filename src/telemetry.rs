@@ -7,6 +7,7 @@
 //! batches, one transaction each, and finishes its last batch before shutdown completes.
 
 pub mod metrics;
+pub mod scorecard;
 mod writer;
 
 use std::collections::VecDeque;

@@ -15,4 +15,5 @@ mod gateway {
     mod messages;
     mod passthrough;
     mod streaming;
+    pub mod telemetry;
 }
