@@ -321,3 +321,26 @@ impl Drop for RecordGuard {
         self.send();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_waits_instead_of_dropping_and_finish_flushes_it_all() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let config = Config::parse("").unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        // More than the queue holds, sent without yielding: most land in the full-queue path.
+        let count = QUEUE_DEPTH * 3;
+        for i in 0..count {
+            telemetry.record(RequestRecord::new(format!("r{i}"), false));
+        }
+        let probe = telemetry.clone();
+        drop(telemetry);
+        probe.wait_for_rows(count as u64).await;
+        drop(probe);
+        writer.finish().await;
+        assert_eq!(store.count_log().await.unwrap(), count as u64);
+    }
+}

@@ -12,6 +12,7 @@ mod gateway {
     mod keys;
     mod lifecycle;
     mod limits;
+    mod lossless;
     mod messages;
     mod passthrough;
     mod streaming;
