@@ -6,6 +6,7 @@
 //! full the record waits in a spawned task instead of being dropped. The writer stores rows in
 //! batches, one transaction each, and finishes its last batch before shutdown completes.
 
+pub mod logs;
 pub mod metrics;
 pub mod scorecard;
 mod writer;

@@ -256,3 +256,62 @@ async fn the_dashboard_is_one_page_with_nothing_external() {
         assert_eq!(count, 0, "the page loads `{external}` from elsewhere");
     }
 }
+
+#[tokio::test]
+async fn switchyard_logs_prints_a_table_or_json_lines_with_filters() {
+    let (primary, secondary) = scripted_fakes().await;
+    let db = std::env::temp_dir().join(format!("switchyard-logs-{}.db", uuid::Uuid::now_v7()));
+    let store = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
+    // The file the CLI reads is the whole config, test defaults included.
+    let text = format!(
+        "[auth]\nrequired = false\n{}",
+        scripted_config(&primary, &secondary, &store)
+    );
+    let gateway = gateway(&text).await;
+    run_script(&gateway).await;
+    gateway.shutdown().await.unwrap();
+    let path = std::env::temp_dir().join(format!("switchyard-logs-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(&path, &text).unwrap();
+
+    let logs = |args: &[&str]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .arg("logs")
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let lines = logs(&["--json", "--since", "1h"]);
+    let rows: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 100);
+    let fallback = logs(&["--json", "--outcome", "fallback", "--route", "r"]);
+    let fallback: Vec<Value> = fallback
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(fallback.len(), 20);
+    let row = &fallback[0];
+    assert_eq!(row["outcome"], "fallback");
+    assert_eq!(row["provider"], "secondary");
+    assert_eq!(row["attempts"][0]["failure"], "server_error");
+    assert!(row["cost_usd"].as_f64().unwrap() > 0.0);
+    let table = logs(&["--outcome", "degraded", "--limit", "3"]);
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("TIME (UTC)"));
+    assert_eq!(lines.clone().count(), 3, "{table}");
+    assert!(lines.all(|l| l.contains("degraded")), "{table}");
+    let _ = std::fs::remove_file(&path);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
