@@ -7,6 +7,7 @@ mod gateway {
 
     mod breakers;
     mod cross_vendor;
+    mod dashboard;
     mod embeddings;
     mod fallback;
     mod keys;
