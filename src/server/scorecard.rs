@@ -7,15 +7,20 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, AppState};
+use crate::store::KeyState;
 use crate::store::now_ms;
 use crate::store::request_log::LogQuery;
-use crate::telemetry::scorecard::{self, Scorecard};
+use crate::telemetry::scorecard::{self, LiveState, Scorecard};
 
 /// The dashboard page: plain SVG drawn by inline script, no external assets.
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// The scorecard over 5 m, 1 h and 24 h, read from the log so it survives restarts.
 pub async fn scorecard(State(state): State<AppState>) -> Result<Json<Scorecard>, ApiError> {
+    let unreadable = |error: crate::store::StoreError| {
+        tracing::error!(%error, "scorecard: cannot read the store");
+        ApiError::Internal("the request log cannot be read")
+    };
     let now = now_ms();
     let day = scorecard::WINDOWS[2].1;
     let rows = state
@@ -25,22 +30,31 @@ pub async fn scorecard(State(state): State<AppState>) -> Result<Json<Scorecard>,
             ..LogQuery::default()
         })
         .await
-        .map_err(|error| {
-            tracing::error!(%error, "scorecard: cannot read the request log");
-            ApiError::Internal("the request log cannot be read")
-        })?;
-    let breakers: Vec<(String, String, i64)> = state
-        .health
-        .states()
+        .map_err(unreadable)?;
+    let keys = state
+        .store
+        .provider_keys()
+        .await
+        .map_err(unreadable)?
         .into_iter()
-        .map(|(provider, model, gauge)| (provider.to_string(), model.to_string(), gauge))
+        .filter(|row| row.state == KeyState::Active)
+        .map(|row| (row.provider, row.key_id, row.version))
         .collect();
-    Ok(Json(scorecard::compute(
-        &rows,
-        now,
-        &breakers,
-        &state.config.alerts,
-    )))
+    let live = LiveState {
+        breakers: state
+            .health
+            .states()
+            .into_iter()
+            .map(|(provider, model, gauge)| (provider.to_string(), model.to_string(), gauge))
+            .collect(),
+        keys,
+    };
+    let alerts = state.config.alerts.clone();
+    // A day of rows is real work: keep it off the threads that serve requests.
+    let card = tokio::task::spawn_blocking(move || scorecard::compute(&rows, now, &live, &alerts))
+        .await
+        .map_err(|_| ApiError::Internal("the scorecard could not be computed"))?;
+    Ok(Json(card))
 }
 
 /// The operator's page; it fetches `/v1/scorecard` every few seconds.

@@ -59,7 +59,16 @@ pub struct DeploymentCard {
     pub model: String,
     /// `closed`, `half_open` or `open` (the worst of its keys'); `None` before first use.
     pub breaker: Option<&'static str>,
+    /// The provider's keys in use, by id and version, so a rotation shows next to its effect.
+    pub keys: Vec<KeyVersion>,
     pub windows: Windows,
+}
+
+/// A provider key in use: its id (never the secret) and version.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KeyVersion {
+    pub id: String,
+    pub version: i64,
 }
 
 /// The three windows.
@@ -220,14 +229,18 @@ impl WindowTallies {
     }
 }
 
-/// Computes the scorecard from the log's last 24 h of rows and each breaker's state
-/// (`(provider, model, gauge)` as [`crate::router::Health::states`] gives them).
-pub fn compute(
-    rows: &[LogRow],
-    now_ms: i64,
-    breakers: &[(String, String, i64)],
-    alerts: &AlertsConfig,
-) -> Scorecard {
+/// What the scorecard shows besides the log: breakers and keys as they are now.
+#[derive(Clone, Debug, Default)]
+pub struct LiveState {
+    /// `(provider, model, gauge)`, as [`crate::router::Health::states`] gives them.
+    pub breakers: Vec<(String, String, i64)>,
+    /// `(provider, key id, version)` of each active provider key.
+    pub keys: Vec<(String, String, i64)>,
+}
+
+/// Computes the scorecard from the log's last 24 h of rows and the live breakers and keys.
+pub fn compute(rows: &[LogRow], now_ms: i64, live: &LiveState, alerts: &AlertsConfig) -> Scorecard {
+    let breakers = &live.breakers;
     let mut overall = WindowTallies::default();
     let mut routes: BTreeMap<String, WindowTallies> = BTreeMap::new();
     let mut deployments: BTreeMap<(String, String), WindowTallies> = BTreeMap::new();
@@ -315,6 +328,15 @@ pub fn compute(
                 .iter()
                 .find(|(p, m, _)| *p == provider && *m == model)
                 .map(|(_, _, gauge)| breaker_name(*gauge)),
+            keys: live
+                .keys
+                .iter()
+                .filter(|(p, _, _)| *p == provider)
+                .map(|(_, id, version)| KeyVersion {
+                    id: id.clone(),
+                    version: *version,
+                })
+                .collect(),
             provider,
             model,
             windows: tallies.finish(alerts),

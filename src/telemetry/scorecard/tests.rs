@@ -79,7 +79,7 @@ fn rates_exclude_rejections_and_windows_split_by_age() {
     }
     // An hour-old error: in the 24 h window only.
     rows.push(row(2 * 3_600_000, "error", 9.0));
-    let card = compute(&rows, NOW, &[], &ALERTS);
+    let card = compute(&rows, NOW, &LiveState::default(), &ALERTS);
     let five = &card.routes[0].windows.five_minutes;
     assert_eq!((five.requests, five.rejected), (105, 5));
     assert_eq!(five.success_rate, 0.7);
@@ -98,10 +98,20 @@ fn rates_exclude_rejections_and_windows_split_by_age() {
 #[test]
 fn deployments_count_the_requests_that_reached_them() {
     let rows = vec![row(1_000, "success", 10.0), row(1_000, "fallback", 30.0)];
-    let breakers = vec![("a".to_owned(), "m".to_owned(), 2)];
-    let card = compute(&rows, NOW, &breakers, &ALERTS);
+    let live = LiveState {
+        breakers: vec![("a".to_owned(), "m".to_owned(), 2)],
+        keys: vec![("a".to_owned(), "main".to_owned(), 3)],
+    };
+    let card = compute(&rows, NOW, &live, &ALERTS);
     let a = &card.deployments[0];
     assert_eq!((a.provider.as_str(), a.breaker), ("a", Some("open")));
+    assert_eq!(
+        a.keys,
+        vec![KeyVersion {
+            id: "main".into(),
+            version: 3
+        }]
+    );
     assert_eq!(a.windows.five_minutes.requests, 2);
     assert_eq!(a.windows.five_minutes.fallback_rate, 0.5);
     assert_eq!(a.windows.five_minutes.attempts, 2);
