@@ -344,4 +344,22 @@ mod tests {
         writer.finish().await;
         assert_eq!(store.count_log().await.unwrap(), count as u64);
     }
+
+    #[tokio::test]
+    async fn the_writer_purges_rows_past_retention() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let old = log_row(&RequestRecord {
+            started_at: SystemTime::now() - Duration::from_secs(2 * 24 * 3600),
+            ..RequestRecord::new("old".into(), false)
+        });
+        store.insert_log(vec![old]).await.unwrap();
+        let config = Config::parse("[log]\nretention = \"1d\"\n").unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        telemetry.record(RequestRecord::new("new".into(), false));
+        drop(telemetry);
+        writer.finish().await;
+        let rows = store.query_log(Default::default()).await.unwrap();
+        let ids: Vec<_> = rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["new"]);
+    }
 }

@@ -62,8 +62,7 @@ impl Writer {
             for record in &mut batch {
                 record.cost_usd = self.cost(record);
             }
-            let rows = batch.iter().map(log_row).collect();
-            let stored = self.store_batch(rows).await;
+            let stored = self.store_batch(&batch).await;
             let count = batch.len() as u64;
             for record in batch.drain(..) {
                 self.metrics.observe(&record);
@@ -93,18 +92,20 @@ impl Writer {
         ))
     }
 
-    async fn store_batch(&self, rows: Vec<LogRow>) -> bool {
+    async fn store_batch(&self, batch: &[RequestRecord]) -> bool {
         let mut waits = RETRY_WAITS.iter();
         loop {
-            match self.store.insert_log(rows.clone()).await {
+            // Rebuilt for each try rather than cloned up front: the first try is the usual one.
+            let rows: Vec<LogRow> = batch.iter().map(log_row).collect();
+            match self.store.insert_log(rows).await {
                 Ok(_) => return true,
                 Err(error) => match waits.next() {
                     Some(wait) => {
-                        tracing::warn!(%error, rows = rows.len(), "request log write failed; retrying");
+                        tracing::warn!(%error, rows = batch.len(), "request log write failed; retrying");
                         tokio::time::sleep(*wait).await;
                     }
                     None => {
-                        tracing::error!(%error, rows = rows.len(), "request log rows lost");
+                        tracing::error!(%error, rows = batch.len(), "request log rows lost");
                         return false;
                     }
                 },
