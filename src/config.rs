@@ -61,6 +61,41 @@ pub struct Config {
     pub retry: RetryConfig,
     pub breaker: BreakerConfig,
     pub keys: KeysConfig,
+    pub log: LogConfig,
+    pub alerts: AlertsConfig,
+    /// Per-model prices, for the cost of each request.
+    pub prices: Vec<Price>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// Request-log rows older than this are purged.
+    pub retention: Duration,
+}
+
+/// When the scorecard raises its alert flags.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlertsConfig {
+    /// Flag availability under this (0..=1).
+    pub availability_target: f64,
+    /// Flag a fallback rate over this (0..=1).
+    pub fallback_rate_max: f64,
+}
+
+/// What a model costs, in US dollars per million tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Price {
+    pub provider: ProviderId,
+    pub model: ModelName,
+    pub input_per_1m: f64,
+    pub output_per_1m: f64,
+}
+
+impl Price {
+    /// The cost of one request's tokens, in US dollars.
+    pub fn cost(&self, tokens_in: u64, tokens_out: u64) -> f64 {
+        (tokens_in as f64 * self.input_per_1m + tokens_out as f64 * self.output_per_1m) / 1e6
+    }
 }
 
 #[derive(Clone, Debug)]

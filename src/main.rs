@@ -43,6 +43,26 @@ enum Command {
         #[command(subcommand)]
         command: VkeysCommand,
     },
+    /// Read the request log: a table, or one JSON object a line with --json.
+    Logs {
+        #[arg(long, default_value = "switchyard.toml")]
+        config: PathBuf,
+        /// Only requests this recent, such as `15m`, `1h` or `7d`.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this outcome: success, fallback, degraded, error or rejected.
+        #[arg(long)]
+        outcome: Option<String>,
+        /// Only this route.
+        #[arg(long)]
+        route: Option<String>,
+        /// At most this many rows, the newest.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// One JSON object a line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the scriptable fake provider used by tests, the demo and benchmarks.
     FakeUpstream {
         #[arg(long, default_value = "127.0.0.1:9001")]
@@ -193,6 +213,51 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         },
         Command::Vkeys { command } => vkeys(command).await,
         Command::Keys { command } => keys(command).await,
+        Command::Logs {
+            config,
+            since,
+            outcome,
+            route,
+            limit,
+            json,
+        } => {
+            use switchyard::store::{Store, now_ms, request_log::LogQuery};
+            use switchyard::telemetry::logs::{OUTCOMES, table};
+            if let Some(outcome) = &outcome
+                && !OUTCOMES.contains(&outcome.as_str())
+            {
+                anyhow::bail!(
+                    "--outcome: `{outcome}` is not one of {}",
+                    OUTCOMES.join(", ")
+                );
+            }
+            let since_ms = since
+                .map(|s| {
+                    switchyard::config::parse_duration(&s)
+                        .map(|d| now_ms() - d.as_millis() as i64)
+                        .map_err(|m| anyhow::anyhow!("--since: {m}"))
+                })
+                .transpose()?;
+            let store = Store::open(&load(&config)?.store.url).await?;
+            let rows = store
+                .query_log(LogQuery {
+                    since_ms,
+                    outcome,
+                    route,
+                    limit,
+                })
+                .await?;
+            if json {
+                let mut out = std::io::stdout().lock();
+                for row in &rows {
+                    serde_json::to_writer(&mut out, row)?;
+                    std::io::Write::write_all(&mut out, b"\n")?;
+                }
+            } else {
+                print!("{}", table(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::FakeUpstream {
             listen,
             name,

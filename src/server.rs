@@ -11,6 +11,7 @@ mod embeddings;
 mod error;
 mod listener;
 mod messages;
+mod scorecard;
 mod stream;
 mod watch;
 
@@ -148,7 +149,7 @@ impl AppState {
             &config.auth.default_role,
         )
         .await?;
-        let (telemetry, writer) = Telemetry::start();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
         let health = Health::new(config.breaker.clone());
@@ -200,7 +201,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
+        .route("/metrics", get(metrics))
+        .route("/v1/scorecard", get(scorecard::scorecard))
+        .route("/dashboard", get(scorecard::dashboard));
     let routes = if state.config.server.admin_listen.is_none() {
         routes.merge(admin_routes())
     } else {

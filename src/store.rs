@@ -1,14 +1,17 @@
-//! Durable state: virtual keys (and, as they land, provider keys and the request log).
+//! Durable state: virtual keys, provider keys and the request log.
 //!
 //! `Store` is an enum over backends so that PostgreSQL slots in beside SQLite without
 //! trait objects; each method is async, and the SQLite backend runs its queries on the
 //! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
 
+pub mod request_log;
 pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::keys::vault::Sealed;
+
+use request_log::{LogQuery, LogRow};
 
 pub use sqlite::SqliteStore;
 
@@ -206,6 +209,34 @@ impl Store {
     pub async fn master_key_check(&self, fresh: Sealed) -> Result<Sealed, StoreError> {
         match self {
             Store::Sqlite(store) => store.init_sealed_meta("master_key_check", fresh).await,
+        }
+    }
+
+    /// Appends a batch of request-log rows in one transaction.
+    pub async fn insert_log(&self, rows: Vec<LogRow>) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.insert_log(rows).await,
+        }
+    }
+
+    /// Request-log rows matching `query`, oldest first.
+    pub async fn query_log(&self, query: LogQuery) -> Result<Vec<LogRow>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.query_log(query).await,
+        }
+    }
+
+    /// How many rows the request log holds.
+    pub async fn count_log(&self) -> Result<u64, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.count_log().await,
+        }
+    }
+
+    /// Deletes request-log rows older than `before_ms` (the `[log] retention`).
+    pub async fn purge_log(&self, before_ms: i64) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.purge_log(before_ms).await,
         }
     }
 

@@ -3,9 +3,13 @@
 //! The handler builds a record as it goes; a [`RecordGuard`] sends it when the request ends,
 //! however it ends (answer, error, client disconnect mid-stream, panic). Records go through a
 //! bounded queue to a writer task, so the request path never waits on I/O; when the queue is
-//! full the record waits in a spawned task instead of being dropped.
+//! full the record waits in a spawned task instead of being dropped. The writer stores rows in
+//! batches, one transaction each, and finishes its last batch before shutdown completes.
 
+pub mod logs;
 pub mod metrics;
+pub mod scorecard;
+mod writer;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -14,8 +18,11 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::{ModelName, ProviderId, RouteName};
+use crate::config::{Config, ModelName, ProviderId, RouteName};
 use crate::router::FailureClass;
+use crate::store::Store;
+
+pub use writer::log_row;
 
 /// How a request ended, from the client's point of view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +100,8 @@ pub struct RequestRecord {
     pub overhead: Duration,
     pub tokens_in: Option<u64>,
     pub tokens_out: Option<u64>,
+    /// US dollars, priced by the writer from `[[prices]]`; `None` for unpriced models.
+    pub cost_usd: Option<f64>,
     pub stream: bool,
     pub partial: bool,
     /// A short, secret-free reason when the outcome is an error.
@@ -119,6 +128,7 @@ impl RequestRecord {
             overhead: Duration::ZERO,
             tokens_in: None,
             tokens_out: None,
+            cost_usd: None,
             stream,
             partial: false,
             error: None,
@@ -127,7 +137,7 @@ impl RequestRecord {
 }
 
 /// Recent request records, kept in memory for tests and the operator's views.
-struct RecentLog {
+pub(crate) struct RecentLog {
     rows: Mutex<VecDeque<RequestRecord>>,
     written: watch::Sender<u64>,
 }
@@ -158,25 +168,16 @@ impl TelemetryWriter {
 }
 
 impl Telemetry {
-    /// Starts the writer task.
-    pub fn start() -> (Telemetry, TelemetryWriter) {
-        let (queue, mut receiver) = mpsc::channel::<RequestRecord>(QUEUE_DEPTH);
+    /// Starts the writer task, which stores rows in `store` and prices them from `config`.
+    pub fn start(store: Store, config: &Config) -> (Telemetry, TelemetryWriter) {
+        let (queue, receiver) = mpsc::channel::<RequestRecord>(QUEUE_DEPTH);
         let log = Arc::new(RecentLog {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
         });
         let metrics = Arc::new(metrics::Metrics::default());
-        let writer_log = log.clone();
-        let writer_metrics = metrics.clone();
-        let writer = tokio::spawn(async move {
-            let mut batch = Vec::with_capacity(64);
-            while receiver.recv_many(&mut batch, 64).await > 0 {
-                for record in batch.drain(..) {
-                    writer_metrics.observe(&record);
-                    writer_log.append(record);
-                }
-            }
-        });
+        let writer = writer::Writer::new(store, config, log.clone(), metrics.clone());
+        let writer = tokio::spawn(writer.run(receiver));
         (
             Telemetry {
                 queue,
@@ -209,7 +210,8 @@ impl Telemetry {
         self.log.lock().iter().cloned().collect()
     }
 
-    /// Resolves once at least `count` records have been written since start.
+    /// Resolves once at least `count` records have been written (committed to the store)
+    /// since start.
     pub async fn wait_for_rows(&self, count: u64) {
         let mut written = self.log.written.subscribe();
         // The sender lives as long as `self`, so this cannot fail while we wait.
@@ -256,8 +258,6 @@ impl RecentLog {
             rows.pop_front();
         }
         rows.push_back(record);
-        drop(rows);
-        self.written.send_modify(|n| *n += 1);
     }
 }
 
@@ -320,5 +320,46 @@ impl Drop for RecordGuard {
             }
         }
         self.send();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_full_queue_waits_instead_of_dropping_and_finish_flushes_it_all() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let config = Config::parse("").unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        // More than the queue holds, sent without yielding: most land in the full-queue path.
+        let count = QUEUE_DEPTH * 3;
+        for i in 0..count {
+            telemetry.record(RequestRecord::new(format!("r{i}"), false));
+        }
+        let probe = telemetry.clone();
+        drop(telemetry);
+        probe.wait_for_rows(count as u64).await;
+        drop(probe);
+        writer.finish().await;
+        assert_eq!(store.count_log().await.unwrap(), count as u64);
+    }
+
+    #[tokio::test]
+    async fn the_writer_purges_rows_past_retention() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let old = log_row(&RequestRecord {
+            started_at: SystemTime::now() - Duration::from_secs(2 * 24 * 3600),
+            ..RequestRecord::new("old".into(), false)
+        });
+        store.insert_log(vec![old]).await.unwrap();
+        let config = Config::parse("[log]\nretention = \"1d\"\n").unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        telemetry.record(RequestRecord::new("new".into(), false));
+        drop(telemetry);
+        writer.finish().await;
+        let rows = store.query_log(Default::default()).await.unwrap();
+        let ids: Vec<_> = rows.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["new"]);
     }
 }

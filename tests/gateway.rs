@@ -7,12 +7,15 @@ mod gateway {
 
     mod breakers;
     mod cross_vendor;
+    mod dashboard;
     mod embeddings;
     mod fallback;
     mod keys;
     mod lifecycle;
     mod limits;
+    mod lossless;
     mod messages;
     mod passthrough;
     mod streaming;
+    pub mod telemetry;
 }

@@ -29,6 +29,35 @@ pub struct RawConfig {
     pub breaker: RawBreaker,
     #[serde(default)]
     pub keys: RawKeys,
+    #[serde(default)]
+    pub log: RawLog,
+    #[serde(default)]
+    pub alerts: RawAlerts,
+    #[serde(default)]
+    pub prices: Vec<RawPrice>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub retention: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlerts {
+    pub availability_target: Option<f64>,
+    pub fallback_rate_max: Option<f64>,
+}
+
+/// One model's price, in US dollars per million tokens.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    pub provider: String,
+    pub model: String,
+    pub input_per_1m: f64,
+    pub output_per_1m: f64,
 }
 
 #[derive(Debug, Default, Deserialize)]

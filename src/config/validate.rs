@@ -1,6 +1,7 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
 mod steps;
+mod telemetry;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -95,6 +96,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
             Duration::from_secs(24 * 3600),
         ),
     };
+    let log = telemetry::log(&mut errors, raw.log);
+    let alerts = telemetry::alerts(&mut errors, raw.alerts);
+    let prices = telemetry::prices(&mut errors, raw.prices, &providers);
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
@@ -143,6 +147,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         retry,
         breaker,
         keys,
+        log,
+        alerts,
+        prices,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The embedded store: one SQLite file, migrated on open.
 
 mod provider_keys;
+mod request_log;
 
 use std::sync::{Arc, Mutex};
 
@@ -41,6 +42,30 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (provider, key_id, version)
      );
      CREATE TABLE sealed_meta (name TEXT PRIMARY KEY, nonce BLOB NOT NULL, ciphertext BLOB NOT NULL);",
+    // The request log. Attempts are a JSON array: always read whole, never queried apart.
+    "CREATE TABLE request_log (
+         id TEXT PRIMARY KEY,
+         time_ms INTEGER NOT NULL,
+         key_id TEXT,
+         user TEXT,
+         route TEXT,
+         outcome TEXT NOT NULL,
+         step INTEGER,
+         provider TEXT,
+         model TEXT,
+         attempts TEXT NOT NULL,
+         status INTEGER NOT NULL,
+         latency_ms REAL NOT NULL,
+         ttft_ms REAL,
+         overhead_ms REAL NOT NULL,
+         tokens_in INTEGER,
+         tokens_out INTEGER,
+         cost_usd REAL,
+         stream INTEGER NOT NULL,
+         partial INTEGER NOT NULL,
+         error TEXT
+     );
+     CREATE INDEX request_log_time ON request_log (time_ms);",
 ];
 
 /// SQLite behind one connection: the single writer.

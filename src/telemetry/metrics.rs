@@ -1,6 +1,8 @@
 //! Prometheus metrics, one registry per gateway (no process-wide recorder), so every
 //! gateway in a test process counts only its own requests.
 
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -50,11 +52,15 @@ pub struct Metrics {
     pub overhead: Family<RouteLabel, Histogram, fn() -> Histogram>,
     pub tokens_in: Family<ProviderModel, Counter>,
     pub tokens_out: Family<ProviderModel, Counter>,
+    /// US dollars spent, priced from `[[prices]]`.
+    pub cost: Family<ProviderModel, Counter<f64, AtomicU64>>,
     /// 0 closed, 1 half-open, 2 open.
     pub breaker_state: Family<ProviderModel, Gauge>,
     pub ratelimited: Counter,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
+    /// Request-log rows the store refused even after retries (zero unless the disk fails).
+    pub log_rows_lost: Counter,
 }
 
 impl Default for Metrics {
@@ -68,9 +74,11 @@ impl Default for Metrics {
             overhead: Family::new_with_constructor(latency_histogram),
             tokens_in: Family::default(),
             tokens_out: Family::default(),
+            cost: Family::default(),
             breaker_state: Family::default(),
             ratelimited: Counter::default(),
             limit_backend_errors: Counter::default(),
+            log_rows_lost: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -109,6 +117,11 @@ impl Default for Metrics {
             metrics.tokens_out.clone(),
         );
         registry.register(
+            "switchyard_cost_usd",
+            "US dollars spent by provider and model, from the price table",
+            metrics.cost.clone(),
+        );
+        registry.register(
             "switchyard_breaker_state",
             "Circuit breaker state: 0 closed, 1 half-open, 2 open",
             metrics.breaker_state.clone(),
@@ -122,6 +135,11 @@ impl Default for Metrics {
             "switchyard_limit_backend_errors",
             "Admissions the rate-limit backend could not decide",
             metrics.limit_backend_errors.clone(),
+        );
+        registry.register(
+            "switchyard_log_rows_lost",
+            "Request-log rows the store refused after every retry",
+            metrics.log_rows_lost.clone(),
         );
         Metrics {
             registry,
@@ -174,6 +192,9 @@ impl Metrics {
             }
             if let Some(tokens) = record.tokens_out {
                 self.tokens_out.get_or_create(&labels).inc_by(tokens);
+            }
+            if let Some(cost) = record.cost_usd {
+                self.cost.get_or_create(&labels).inc_by(cost);
             }
         }
     }

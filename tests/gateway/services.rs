@@ -103,3 +103,19 @@ impl Drop for RedisServer {
         self.stop();
     }
 }
+
+/// The headless browser for the dashboard test: `chromium` on the PATH, or `None` (having
+/// said why) where it is missing and skipping is allowed.
+pub fn chromium(test: &str) -> Option<String> {
+    let found = Command::new("chromium")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        skip(test, "chromium is not installed (apt-get install chromium)");
+        return None;
+    }
+    Some("chromium".into())
+}

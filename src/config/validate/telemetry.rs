@@ -1,0 +1,141 @@
+//! `[log]`, `[alerts]` and `[[prices]]`: what the request log keeps and how it is judged.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Errors;
+use crate::config::raw::{RawAlerts, RawLog, RawPrice};
+use crate::config::{AlertsConfig, LogConfig, ModelName, Price, Provider, ProviderId};
+
+/// Thirty days of request log unless `[log] retention` says otherwise.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Two nines: a gateway with fallbacks should not serve worse than this.
+pub const DEFAULT_AVAILABILITY_TARGET: f64 = 0.99;
+/// One request in five served by a later step means the primary is in real trouble.
+pub const DEFAULT_FALLBACK_RATE_MAX: f64 = 0.2;
+
+pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
+    let retention = errors.duration("log.retention", raw.retention.as_deref(), DEFAULT_RETENTION);
+    if retention.is_zero() {
+        errors.add("log.retention", "must be greater than 0");
+    }
+    LogConfig { retention }
+}
+
+pub fn alerts(errors: &mut Errors, raw: RawAlerts) -> AlertsConfig {
+    let alerts = AlertsConfig {
+        availability_target: raw
+            .availability_target
+            .unwrap_or(DEFAULT_AVAILABILITY_TARGET),
+        fallback_rate_max: raw.fallback_rate_max.unwrap_or(DEFAULT_FALLBACK_RATE_MAX),
+    };
+    for (field, value) in [
+        ("alerts.availability_target", alerts.availability_target),
+        ("alerts.fallback_rate_max", alerts.fallback_rate_max),
+    ] {
+        if !(0.0..=1.0).contains(&value) {
+            errors.add(field, "must be between 0 and 1");
+        }
+    }
+    alerts
+}
+
+pub fn prices(errors: &mut Errors, raw: Vec<RawPrice>, providers: &[Provider]) -> Vec<Price> {
+    let mut seen = HashSet::new();
+    let mut prices = Vec::with_capacity(raw.len());
+    for (i, p) in raw.into_iter().enumerate() {
+        if !providers
+            .iter()
+            .any(|known| known.id.as_str() == p.provider)
+        {
+            errors.add(
+                format!("prices[{i}].provider"),
+                format!("no provider is named `{}`", p.provider),
+            );
+        }
+        if p.model.is_empty() {
+            errors.add(format!("prices[{i}].model"), "must not be empty");
+        }
+        if !seen.insert((p.provider.clone(), p.model.clone())) {
+            errors.add(
+                format!("prices[{i}].model"),
+                format!("`{}/{}` is priced twice", p.provider, p.model),
+            );
+        }
+        for (field, value) in [
+            ("input_per_1m", p.input_per_1m),
+            ("output_per_1m", p.output_per_1m),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                errors.add(
+                    format!("prices[{i}].{field}"),
+                    "must be a price of 0 or more",
+                );
+            }
+        }
+        prices.push(Price {
+            provider: ProviderId(Arc::from(p.provider.as_str())),
+            model: ModelName(Arc::from(p.model.as_str())),
+            input_per_1m: p.input_per_1m,
+            output_per_1m: p.output_per_1m,
+        });
+    }
+    prices
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    const PROVIDER: &str =
+        "[[providers]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n";
+
+    fn errors(text: &str) -> Vec<String> {
+        match Config::parse(text) {
+            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+            other => panic!("expected errors, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_and_a_priced_model() {
+        let config = Config::parse(&format!(
+            "{PROVIDER}[[prices]]\nprovider = \"a\"\nmodel = \"m\"\ninput_per_1m = 2.5\noutput_per_1m = 10.0\n"
+        ))
+        .unwrap();
+        assert_eq!(config.log.retention.as_secs(), 30 * 24 * 3600);
+        assert_eq!(config.alerts.availability_target, 0.99);
+        assert_eq!(config.alerts.fallback_rate_max, 0.2);
+        let cost = config.prices[0].cost(1_000_000, 100_000);
+        assert!((cost - 3.5).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn errors_name_their_fields() {
+        let errors = errors(&format!(
+            "{PROVIDER}[log]\nretention = \"soon\"\n[alerts]\navailability_target = 1.5\n\
+             [[prices]]\nprovider = \"ghost\"\nmodel = \"m\"\ninput_per_1m = -1.0\noutput_per_1m = 1.0\n"
+        ));
+        for field in [
+            "log.retention",
+            "alerts.availability_target",
+            "prices[0].provider",
+            "prices[0].input_per_1m",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(field)),
+                "{field}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_price_fields_are_errors() {
+        let errors = errors(&format!(
+            "{PROVIDER}[[prices]]\nprovider = \"a\"\nmodel = \"m\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\ncurrency = \"eur\"\n"
+        ));
+        assert!(errors[0].starts_with("prices[0]"), "{errors:?}");
+        assert!(errors[0].contains("currency"), "{errors:?}");
+    }
+}

@@ -1,0 +1,59 @@
+//! The request log as stored: one [`LogRow`] per request, with its attempts.
+//!
+//! Plain strings and numbers, so the store needs nothing from the router, and the CLI and the
+//! scorecard read rows without a running gateway.
+
+use serde::{Deserialize, Serialize};
+
+/// One upstream attempt (or skipped step) of a logged request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogAttempt {
+    pub step: usize,
+    pub provider: String,
+    pub model: String,
+    /// The failure class (`server_error`, `timeout`, `circuit_open`…); `None` when it served.
+    pub failure: Option<String>,
+    pub status: Option<u16>,
+    pub latency_ms: f64,
+    /// False for steps skipped without a request (`no_key`, `circuit_open`, …).
+    pub reached_upstream: bool,
+}
+
+/// One request's row in the log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogRow {
+    pub id: String,
+    /// When the request arrived, in epoch milliseconds.
+    pub time_ms: i64,
+    pub key_id: Option<String>,
+    pub user: Option<String>,
+    pub route: Option<String>,
+    /// `success`, `fallback`, `degraded`, `error` or `rejected`.
+    pub outcome: String,
+    pub step: Option<usize>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub attempts: Vec<LogAttempt>,
+    pub status: u16,
+    pub latency_ms: f64,
+    pub ttft_ms: Option<f64>,
+    pub overhead_ms: f64,
+    pub tokens_in: Option<u64>,
+    pub tokens_out: Option<u64>,
+    /// US dollars, from the `[[prices]]` table; `None` when the model has no price.
+    pub cost_usd: Option<f64>,
+    pub stream: bool,
+    pub partial: bool,
+    pub error: Option<String>,
+}
+
+/// Which rows `switchyard logs` (or the scorecard) reads.
+#[derive(Clone, Debug, Default)]
+pub struct LogQuery {
+    /// Only rows at or after this time (epoch ms).
+    pub since_ms: Option<i64>,
+    pub outcome: Option<String>,
+    pub route: Option<String>,
+    /// The newest this many rows (still returned oldest first).
+    pub limit: Option<usize>,
+}

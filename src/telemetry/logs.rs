@@ -1,0 +1,108 @@
+//! `switchyard logs`: the stored request log as a table for people or JSON lines for tools.
+
+use std::fmt::Write;
+
+use crate::store::request_log::LogRow;
+
+/// The outcomes `--outcome` accepts.
+pub const OUTCOMES: [&str; 5] = ["success", "fallback", "degraded", "error", "rejected"];
+
+/// One line per row, with a header; attempts summed up as `provider/model:class` hops.
+pub fn table(rows: &[LogRow]) -> String {
+    let mut out = format!(
+        "{:<23}  {:<36}  {:<12}  {:<9}  {:>3}  {:<24}  {:>9}  {:>9}  {:>11}  {:>10}  {}\n",
+        "TIME (UTC)",
+        "ID",
+        "ROUTE",
+        "OUTCOME",
+        "ST",
+        "SERVED BY",
+        "LATENCY",
+        "TTFT",
+        "TOKENS",
+        "COST $",
+        "ATTEMPTS"
+    );
+    for row in rows {
+        let served = match (&row.provider, &row.model) {
+            (Some(p), Some(m)) => format!("{p}/{m}"),
+            _ => "-".into(),
+        };
+        let tokens = match (row.tokens_in, row.tokens_out) {
+            (None, None) => "-".into(),
+            (i, o) => format!("{}/{}", i.unwrap_or(0), o.unwrap_or(0)),
+        };
+        let attempts: Vec<String> = row
+            .attempts
+            .iter()
+            .map(|a| {
+                let result = a.failure.as_deref().unwrap_or("ok");
+                format!("{}/{}:{result}", a.provider, a.model)
+            })
+            .collect();
+        let mut attempts = attempts.join(" → ");
+        if let Some(error) = &row.error {
+            let _ = write!(attempts, " ({error})");
+        }
+        let _ = writeln!(
+            out,
+            "{:<23}  {:<36}  {:<12}  {:<9}  {:>3}  {:<24}  {:>9}  {:>9}  {:>11}  {:>10}  {}",
+            utc(row.time_ms),
+            row.id,
+            row.route.as_deref().unwrap_or("-"),
+            row.outcome,
+            row.status,
+            served,
+            format!("{:.1}ms", row.latency_ms),
+            row.ttft_ms
+                .map(|t| format!("{t:.1}ms"))
+                .unwrap_or_else(|| "-".into()),
+            tokens,
+            row.cost_usd
+                .map(|c| format!("{c:.6}"))
+                .unwrap_or_else(|| "-".into()),
+            attempts.trim(),
+        );
+    }
+    out
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` in UTC, from epoch milliseconds.
+pub fn utc(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let of_day = ms.rem_euclid(86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
+        of_day / 3_600_000,
+        of_day / 60_000 % 60,
+        of_day / 1_000 % 60,
+        of_day % 1_000
+    )
+}
+
+/// Howard Hinnant's days-to-civil: the proleptic Gregorian date `days` after 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn dates_are_utc_calendar_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00.000");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00.000");
+        assert_eq!(utc(1_795_996_799_999), "2026-11-29 23:59:59.999");
+    }
+}

@@ -1,0 +1,136 @@
+use super::*;
+use crate::store::request_log::LogAttempt;
+
+const ALERTS: AlertsConfig = AlertsConfig {
+    availability_target: 0.99,
+    fallback_rate_max: 0.2,
+};
+const NOW: i64 = 100 * 86_400_000;
+
+fn attempt(provider: &str, failure: Option<&str>, latency_ms: f64) -> LogAttempt {
+    LogAttempt {
+        step: 0,
+        provider: provider.into(),
+        model: "m".into(),
+        failure: failure.map(str::to_owned),
+        status: Some(if failure.is_some() { 500 } else { 200 }),
+        latency_ms,
+        reached_upstream: true,
+    }
+}
+
+fn row(age_ms: i64, outcome: &str, latency_ms: f64) -> LogRow {
+    let (attempts, served) = match outcome {
+        "success" => (vec![attempt("a", None, latency_ms)], Some("a")),
+        "fallback" => (
+            vec![
+                attempt("a", Some("server_error"), 1.0),
+                attempt("b", None, latency_ms),
+            ],
+            Some("b"),
+        ),
+        "rejected" => (vec![], None),
+        _ => (
+            vec![
+                attempt("a", Some("server_error"), 1.0),
+                attempt("b", Some("server_error"), 1.0),
+            ],
+            None,
+        ),
+    };
+    LogRow {
+        id: format!("{age_ms}-{outcome}"),
+        time_ms: NOW - age_ms,
+        key_id: None,
+        user: None,
+        route: Some("r".into()),
+        outcome: outcome.into(),
+        step: None,
+        provider: served.map(str::to_owned),
+        model: served.map(|_| "m".to_owned()),
+        attempts,
+        status: 200,
+        latency_ms,
+        ttft_ms: Some(latency_ms / 2.0),
+        overhead_ms: 0.1,
+        tokens_in: Some(10),
+        tokens_out: Some(5),
+        cost_usd: served.map(|_| 0.001),
+        stream: false,
+        partial: false,
+        error: None,
+    }
+}
+
+#[test]
+fn rates_exclude_rejections_and_windows_split_by_age() {
+    let mut rows = Vec::new();
+    for i in 0..70 {
+        rows.push(row(1_000, "success", i as f64));
+    }
+    for _ in 0..20 {
+        rows.push(row(1_000, "fallback", 50.0));
+    }
+    for _ in 0..10 {
+        rows.push(row(1_000, "degraded", 50.0));
+    }
+    for _ in 0..5 {
+        rows.push(row(1_000, "rejected", 0.1));
+    }
+    // An hour-old error: in the 24 h window only.
+    rows.push(row(2 * 3_600_000, "error", 9.0));
+    let card = compute(&rows, NOW, &LiveState::default(), &ALERTS);
+    let five = &card.routes[0].windows.five_minutes;
+    assert_eq!((five.requests, five.rejected), (105, 5));
+    assert_eq!(five.success_rate, 0.7);
+    assert_eq!(five.fallback_rate, 0.2);
+    assert_eq!(five.degraded_rate, 0.1);
+    assert_eq!(five.availability, Some(0.9));
+    assert!(five.alerts.availability_below_target);
+    assert!(!five.alerts.fallback_rate_above_max, "0.2 is not over 0.2");
+    let day = &card.routes[0].windows.one_day;
+    assert_eq!(day.error, 1);
+    assert_eq!(card.overall.one_day.requests, 106);
+    assert_eq!(card.series.iter().map(|p| p.success).sum::<u64>(), 70);
+    assert_eq!(card.series.len(), 60);
+}
+
+#[test]
+fn deployments_count_the_requests_that_reached_them() {
+    let rows = vec![row(1_000, "success", 10.0), row(1_000, "fallback", 30.0)];
+    let live = LiveState {
+        breakers: vec![("a".to_owned(), "m".to_owned(), 2)],
+        keys: vec![("a".to_owned(), "main".to_owned(), 3)],
+    };
+    let card = compute(&rows, NOW, &live, &ALERTS);
+    let a = &card.deployments[0];
+    assert_eq!((a.provider.as_str(), a.breaker), ("a", Some("open")));
+    assert_eq!(
+        a.keys,
+        vec![KeyVersion {
+            id: "main".into(),
+            version: 3
+        }]
+    );
+    assert_eq!(a.windows.five_minutes.requests, 2);
+    assert_eq!(a.windows.five_minutes.fallback_rate, 0.5);
+    assert_eq!(a.windows.five_minutes.attempts, 2);
+    let b = &card.deployments[1];
+    assert_eq!(b.windows.five_minutes.requests, 1);
+    assert_eq!(b.windows.five_minutes.latency_ms.p50, Some(30.0));
+    assert!((b.windows.five_minutes.cost_usd - 0.001).abs() < 1e-12);
+    assert!(
+        card.alerts
+            .iter()
+            .any(|a| a.scope == "deployment" && a.alert == "fallback_rate_above_max")
+    );
+}
+
+#[test]
+fn percentiles_are_nearest_rank() {
+    let mut samples: Vec<f64> = (1..=100).map(f64::from).collect();
+    let p = percentiles(&mut samples);
+    assert_eq!((p.p50, p.p95, p.p99), (Some(50.0), Some(95.0), Some(99.0)));
+    let p = percentiles(&mut [7.0]);
+    assert_eq!((p.p50, p.p99), (Some(7.0), Some(7.0)));
+}
