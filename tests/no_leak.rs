@@ -1,0 +1,194 @@
+//! The secret appears in no log line, metric, error body, header, `Debug` output or
+//! plain-text byte of the SQLite file, through put, rotation, requests and a 401 that
+//! echoes the key back.
+//!
+//! Its own test binary, so no other test's thread can reach a log call site first: tracing
+//! caches a call site's interest process-wide, and a site first hit where no subscriber is
+//! set can stay switched off for this test's capturing subscriber.
+
+#[path = "gateway/support.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::keys::Secret;
+use switchyard::server::{Gateway, StartOptions};
+use tracing_subscriber::fmt::MakeWriter;
+
+use support::*;
+
+const TOKEN: &str = "admin-token-for-the-leak-test";
+
+/// primary (keyed) → secondary (keyless), with the admin API on.
+async fn keyed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
+    let config = test_config(&format!(
+        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}{extra}",
+        primary.base_url(),
+        provider("secondary", secondary),
+        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
+    ));
+    let options = StartOptions {
+        admin_token: Some(Secret::new(TOKEN)),
+        ..StartOptions::default()
+    };
+    Gateway::start_with(config, "127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .expect("gateway starts")
+}
+
+async fn admin(
+    gateway: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> reqwest::Response {
+    let mut request = client()
+        .request(method, format!("{}{path}", gateway.admin_url()))
+        .bearer_auth(TOKEN);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    request.send().await.unwrap()
+}
+
+async fn put_key(gateway: &Gateway, secret: &str) {
+    let body = json!({"secret": secret, "id": "main"});
+    let response = admin(
+        gateway,
+        reqwest::Method::PUT,
+        "/admin/keys/primary",
+        Some(body),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+}
+
+const FIRST: &str = "sk-live-FIRSTSECRET-7f3a9c";
+const SECOND: &str = "sk-live-SECONDSECRET-b81e44";
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Capture {
+    type Writer = Capture;
+
+    fn make_writer(&'a self) -> Capture {
+        self.clone()
+    }
+}
+
+fn assert_clean(what: &str, text: &str) {
+    for secret in [FIRST, SECOND, "FIRSTSECRET", "SECONDSECRET"] {
+        assert!(!text.contains(secret), "{what} leaks `{secret}`:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_secret_is_never_exposed() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(capture.clone())
+        .finish();
+    // The only test in this process, so the subscriber can be every thread's.
+    tracing::subscriber::set_global_default(subscriber).expect("the first subscriber");
+
+    // The primary takes only another key and echoes whatever it got back in its 401.
+    let primary = FakeUpstream::new("primary")
+        .require_key("sk-the-right-one-0000")
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary")
+        .then(switchyard::fake::Behavior::status(500))
+        .start()
+        .await
+        .unwrap();
+    let db = std::env::temp_dir().join(format!("switchyard-leak-{}.db", uuid::Uuid::now_v7()));
+    let gateway = keyed(
+        &primary,
+        &secondary,
+        &format!("[store]\nurl = \"sqlite://{}\"\n", db.display()),
+    )
+    .await;
+    put_key(&gateway, FIRST).await;
+    put_key(&gateway, SECOND).await;
+
+    let mut seen = String::new();
+    for _ in 0..3 {
+        let response = post(&gateway, &chat("r")).await;
+        assert_eq!(response.status(), 503);
+        for (name, value) in response.headers() {
+            seen.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("")));
+        }
+        seen.push_str(&response.text().await.unwrap());
+    }
+    assert!(
+        primary
+            .requests()
+            .iter()
+            .any(|r| r.headers["authorization"].contains(SECOND)),
+        "the key really was sent upstream, and echoed back"
+    );
+    let listed = admin(&gateway, reqwest::Method::GET, "/admin/keys", None).await;
+    seen.push_str(&listed.text().await.unwrap());
+    let breakers = admin(&gateway, reqwest::Method::GET, "/admin/breakers", None).await;
+    seen.push_str(&breakers.text().await.unwrap());
+    let metrics = client()
+        .get(format!("{}/metrics", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    seen.push_str(&metrics.text().await.unwrap());
+    let rollback = admin(
+        &gateway,
+        reqwest::Method::POST,
+        "/admin/keys/primary/rollback",
+        None,
+    )
+    .await;
+    seen.push_str(&rollback.text().await.unwrap());
+    assert_clean("answers, headers, /metrics and the admin API", &seen);
+
+    let ring = &gateway.keys().ring;
+    let lease = ring.pick(&switchyard::config::ProviderId("primary".into()), &[]);
+    let debug = format!(
+        "{lease:?} {:?} {:?}",
+        Secret::new(FIRST),
+        gateway.telemetry().recent()
+    );
+    assert!(lease.is_some());
+    assert_clean("Debug output", &debug);
+
+    gateway.telemetry().wait_for_rows(3).await;
+    let logs = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
+    assert!(logs.contains("request"), "the request log was captured");
+    assert_clean("the logs", &logs);
+
+    for suffix in ["", "-wal"] {
+        let path = format!("{}{suffix}", db.display());
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert_clean(
+            &format!("the store file {path}"),
+            &String::from_utf8_lossy(&bytes),
+        );
+    }
+    for suffix in ["", "-wal", "-shm", ".key"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
