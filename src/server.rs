@@ -435,7 +435,14 @@ impl Gateway {
     }
 }
 
-async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
+/// What the caller's key may use: every route and direct `provider/model`, or the key's list.
+async fn models(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let caller = state.directory.authenticate(&headers).map_err(|_| {
+        ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
+    })?;
     let mut ids: Vec<String> = state.routes.iter().map(|r| r.name.to_string()).collect();
     for route in &state.routes {
         for deployment in route.steps.iter().flat_map(|s| &s.deployments) {
@@ -447,9 +454,10 @@ async fn models(State(state): State<AppState>) -> Json<serde_json::Value> {
     }
     let data: Vec<_> = ids
         .into_iter()
+        .filter(|id| caller.may_use(id))
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
-    Json(json!({"object": "list", "data": data}))
+    Ok(Json(json!({"object": "list", "data": data})))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

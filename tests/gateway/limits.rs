@@ -526,3 +526,36 @@ async fn anthropic_clients_authenticate_by_x_api_key_and_are_refused_in_their_sh
     let body: Value = unauthenticated.json().await.unwrap();
     assert_eq!(body["error"]["type"], "authentication_error", "{body}");
 }
+
+#[tokio::test]
+async fn models_lists_what_the_callers_key_may_use() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let config = format!(
+        "[auth]\nrequired = true\n{ROLES}{}{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "m")], ""),
+        route("other", &[("up", "n")], ""),
+    );
+    let gateway = gateway(&config).await;
+    let narrow = key_in(gateway.store(), "ana", "ae", &[], Some(&["smart"])).await;
+    gateway.keys_current().await;
+    let client = client();
+    let url = format!("{}/v1/models", gateway.url());
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 401);
+    let listed: Value = client
+        .get(&url)
+        .bearer_auth(&narrow)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["smart"]);
+}
