@@ -150,26 +150,26 @@ fn messages(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), R
     Ok((system, turns))
 }
 
-/// A message's text: a string, or text parts joined.
-fn text_of(content: &Value, i: usize) -> Result<String, Rejection> {
+/// An OpenAI message's text: a string, or its text (or refusal) parts joined. Shared with
+/// the Gemini encoder, which reads the same OpenAI content.
+pub(crate) fn text_of(content: &Value, i: usize) -> Result<String, Rejection> {
     match content {
         Value::String(text) => Ok(text.clone()),
         Value::Null => Ok(String::new()),
-        Value::Array(parts) => {
-            let mut text = String::new();
-            for part in parts {
-                match part.get("text").and_then(Value::as_str) {
-                    Some(piece) => text.push_str(piece),
-                    None => {
-                        return Err(Rejection::new(
+        Value::Array(parts) => parts
+            .iter()
+            .map(|p| {
+                p.get("text")
+                    .or_else(|| p.get("refusal"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        Rejection::new(
                             &format!("messages[{i}].content"),
                             "only text parts can be sent here",
-                        ));
-                    }
-                }
-            }
-            Ok(text)
-        }
+                        )
+                    })
+            })
+            .collect(),
         _ => Err(Rejection::new(
             &format!("messages[{i}].content"),
             "must be a string or an array of parts",

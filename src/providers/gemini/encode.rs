@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
-use crate::providers::anthropic::encode::split_data_url;
+use crate::providers::anthropic::encode::{split_data_url, text_of};
 
 /// Writes `request` (OpenAI's format) as Gemini's.
 pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
@@ -119,31 +119,6 @@ fn contents(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), R
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
         .collect();
     Ok((system, contents))
-}
-
-fn text_of(content: &Value, i: usize) -> Result<String, Rejection> {
-    match content {
-        Value::String(text) => Ok(text.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(parts) => parts
-            .iter()
-            .map(|p| {
-                p.get("text")
-                    .or_else(|| p.get("refusal"))
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| {
-                        Rejection::new(
-                            &format!("messages[{i}].content"),
-                            "only text parts can be sent here",
-                        )
-                    })
-            })
-            .collect(),
-        _ => Err(Rejection::new(
-            &format!("messages[{i}].content"),
-            "must be a string or an array of parts",
-        )),
-    }
 }
 
 fn user_parts(content: &Value, i: usize) -> Result<Vec<Value>, Rejection> {
