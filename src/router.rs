@@ -1,7 +1,8 @@
 //! Routing: which chain a request takes, and the attempt loop that walks it.
 //!
-//! `chain` runs the loop, `classify` decides what each failure means, and `retry` computes
-//! the waits between attempts. `health` remembers how each deployment has done lately: its
+//! `chain` runs the loop, `classify` decides what each failure means, `scrub` takes the keys
+//! an attempt sent out of what comes back, and `retry` computes the waits between attempts.
+//! `health` remembers how each deployment has done lately: its
 //! `breaker`, and what `balance` needs to choose among a step's deployments. The loop knows
 //! nothing of wire formats: an [`Attempter`] makes each attempt and reports it.
 
@@ -11,6 +12,7 @@ pub mod chain;
 pub mod classify;
 pub mod health;
 pub mod retry;
+pub mod scrub;
 pub mod upstream;
 
 pub use chain::{Attempt, Attempter, ChainEnd, ChainRun, Failure, UpstreamReply, run_chain};

@@ -127,7 +127,10 @@ impl AppState {
     ) -> Result<(AppState, TelemetryWriter), StartError> {
         // Installing twice (several gateways in one test process) is harmless; ignore that.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // A redirect would carry the provider key (and the prompt) to whatever origin it
+        // names; a 3xx is a failed attempt instead (see `router::classify`).
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .pool_max_idle_per_host(1024)
             .connect_timeout(config.retry.attempt_timeout)
