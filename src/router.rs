@@ -23,20 +23,37 @@ use std::sync::Arc;
 
 use crate::config::{Config, ModelName, ProviderId, Route, RouteName, Step};
 
+/// Why a client's `model` names no route it can take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// Neither a route nor `provider/model` of a configured provider.
+    Unknown,
+    /// A direct name whose model part cannot go to its provider, and why.
+    BadModelName(&'static str),
+}
+
 /// Finds the route a client's `model` names: a configured route, or `provider/model` directly.
-pub fn resolve_route(config: &Config, routes: &[Arc<Route>], model: &str) -> Option<Arc<Route>> {
+/// A direct model part is checked before any upstream sees it, since it is the client's.
+pub fn resolve_route(
+    config: &Config,
+    routes: &[Arc<Route>],
+    model: &str,
+) -> Result<Arc<Route>, RouteError> {
     if let Some(route) = routes.iter().find(|r| r.name.as_str() == model) {
-        return Some(route.clone());
+        return Ok(route.clone());
     }
-    let (provider, upstream_model) = model.split_once('/')?;
+    let (provider, upstream_model) = model.split_once('/').ok_or(RouteError::Unknown)?;
     let provider = config
         .providers
         .iter()
-        .find(|p| p.id.as_str() == provider)?;
+        .find(|p| p.id.as_str() == provider)
+        .ok_or(RouteError::Unknown)?;
     if upstream_model.is_empty() {
-        return None;
+        return Err(RouteError::Unknown);
     }
-    Some(Arc::new(Route {
+    crate::providers::check_model_name(provider.kind, upstream_model)
+        .map_err(RouteError::BadModelName)?;
+    Ok(Arc::new(Route {
         name: RouteName(Arc::from(model)),
         steps: vec![Step::single(
             ProviderId(provider.id.0.clone()),

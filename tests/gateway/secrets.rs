@@ -292,3 +292,74 @@ async fn a_redirect_is_a_failed_attempt_and_the_next_step_serves() {
     assert_eq!(location.calls(), 0);
     let _: Value = response.json().await.unwrap();
 }
+
+/// A gateway with a gemini provider `gem` and an azure provider `az`, keyless, at `fake`,
+/// whose direct names any caller may use.
+async fn url_gateway(fake: &FakeHandle) -> Gateway {
+    let config = format!(
+        "{}{}{}{FAST_RETRY}",
+        provider_of("gemini", "gem", fake),
+        provider_of("azure", "az", fake),
+        route("r", &[("gem", "gemini-2.5-flash"), ("az", "gpt-4o")], ""),
+    );
+    gateway(&config).await
+}
+
+#[tokio::test]
+async fn a_model_name_that_would_change_the_upstream_url_is_refused() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = url_gateway(&fake).await;
+    let names = [
+        "gem/../../../v1beta/tunedModels?x=",
+        "gem/a/b",
+        "gem/x?key=1",
+        "gem/x#frag",
+        "gem/..",
+        "gem/x\u{1}y",
+        "az/../../other",
+        "az/.",
+        "az/dep?api-version=1",
+        "az/dep\nx",
+        "az/a\\b",
+    ];
+    let mut wrong = Vec::new();
+    for name in names {
+        for path in ["/v1/chat/completions", "/v1/messages"] {
+            let body = if path == "/v1/messages" {
+                message(name, false)
+            } else {
+                chat(name)
+            };
+            let response = post_to(&gateway, path, &body).await;
+            let status = response.status();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            let shaped = if path == "/v1/messages" {
+                body["type"] == "error" && body["error"]["type"] == "invalid_request_error"
+            } else {
+                body["error"]["param"] == "model"
+            };
+            if status != 400 || !shaped {
+                wrong.push(format!("{name:?} via {path}: {status} {body}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "not refused:\n{}", wrong.join("\n"));
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+}
+
+#[tokio::test]
+async fn a_model_name_goes_into_the_url_as_one_encoded_segment() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = url_gateway(&fake).await;
+    for name in ["gem/tuned%2Fx", "az/my%2Fdeployment"] {
+        let _ = post(&gateway, &chat(name)).await.text().await;
+    }
+    let paths: Vec<String> = fake.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(
+        paths,
+        [
+            "/v1beta/models/tuned%252Fx:generateContent",
+            "/openai/deployments/my%252Fdeployment/chat/completions?api-version=2024-10-21",
+        ]
+    );
+}
