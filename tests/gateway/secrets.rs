@@ -297,7 +297,7 @@ async fn a_redirect_is_a_failed_attempt_and_the_next_step_serves() {
 /// whose direct names any caller may use.
 async fn url_gateway(fake: &FakeHandle) -> Gateway {
     let config = format!(
-        "{}{}{}{FAST_RETRY}",
+        "[auth]\nrequired = false\ndirect_models = true\n{}{}{}{FAST_RETRY}",
         provider_of("gemini", "gem", fake),
         provider_of("azure", "az", fake),
         route("r", &[("gem", "gemini-2.5-flash"), ("az", "gpt-4o")], ""),
