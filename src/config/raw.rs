@@ -84,7 +84,10 @@ pub struct RawAuth {
 
 /// `direct_models = false | true | ["provider/*", ...]`.
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "must be false, true, or a list of provider/model patterns"
+)]
 pub enum RawDirectModels {
     Flag(bool),
     Patterns(Vec<String>),

@@ -38,3 +38,47 @@ pub(super) fn role_models(
     }
     Some(patterns.into_iter().map(ModelPattern).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError, DirectModels, ModelPattern};
+
+    fn errors(text: &str) -> Vec<String> {
+        match Config::parse(text) {
+            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+            other => panic!("expected errors, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn direct_models_is_a_flag_or_a_list_of_provider_patterns() {
+        let parse = |value: &str| {
+            Config::parse(&format!("[auth]\ndirect_models = {value}\n"))
+                .unwrap()
+                .auth
+                .direct_models
+        };
+        assert_eq!(parse("false"), DirectModels::Off);
+        assert_eq!(parse("true"), DirectModels::Any);
+        assert_eq!(
+            parse("[\"openai/*\"]"),
+            DirectModels::Matching(vec![ModelPattern("openai/*".into())])
+        );
+        let errors = errors("[auth]\ndirect_models = [\"openai/*\", \"smart\"]\n");
+        assert_eq!(
+            errors,
+            ["auth.direct_models[1]: `smart` is not a `provider/model` pattern"]
+        );
+    }
+
+    #[test]
+    fn role_models_are_patterns_and_none_may_be_empty() {
+        let config =
+            Config::parse("[[roles]]\nname = \"ae\"\nmodels = [\"smart\", \"openai/*\"]\n")
+                .unwrap();
+        let models = config.roles[0].models.as_ref().unwrap();
+        assert!(models[1].matches("openai/gpt-4o"));
+        let errors = errors("[[roles]]\nname = \"ae\"\nmodels = [\"smart\", \"\"]\n");
+        assert_eq!(errors, ["roles[0].models[1]: must not be empty"]);
+    }
+}
