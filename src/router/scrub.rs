@@ -116,14 +116,17 @@ impl Scrubber {
         if self.is_empty() {
             return event;
         }
+        // The data is the raw event's `data:` lines joined by newlines, and no key holds a
+        // newline: a clean raw event has clean data, so most events are scanned once.
+        let raw = match self.scrub(&event.raw) {
+            Cow::Borrowed(_) => return event,
+            Cow::Owned(clean) => Bytes::from(clean),
+        };
         let data = match self.scrub(event.data.as_bytes()) {
             Cow::Borrowed(_) => event.data,
             Cow::Owned(clean) => String::from_utf8_lossy(&clean).into_owned(),
         };
-        SseEvent {
-            raw: self.bytes(event.raw),
-            data,
-        }
+        SseEvent { raw, data }
     }
 
     /// The first secret run at or after `from`, as a byte range. A run grows while each
@@ -272,6 +275,32 @@ mod tests {
         let event = s.event(event);
         assert_eq!(event.data, "{\"m\":\"[redacted]\"}");
         assert_eq!(&event.raw[..], b"data: {\"m\":\"[redacted]\"}\n\n");
+    }
+
+    proptest::proptest! {
+        /// Whatever surrounds them, echoes of 8+ bytes of the key never survive, and a body
+        /// with none comes back as it was.
+        #[test]
+        fn no_window_of_the_key_survives(
+            pieces in proptest::collection::vec(("[ -~]{0,12}", 0..KEY.len(), 8..KEY.len()), 0..6),
+        ) {
+            let s = Scrubber::new([KEY]);
+            let mut body = String::new();
+            for (filler, start, len) in &pieces {
+                body.push_str(filler);
+                let end = (start + len).min(KEY.len());
+                body.push_str(&KEY[(*start).min(end.saturating_sub(8))..end]);
+            }
+            let clean = clean(&s, &body);
+            for window in KEY.as_bytes().windows(WINDOW) {
+                let window = std::str::from_utf8(window).unwrap();
+                proptest::prop_assert!(!clean.contains(window), "{body} -> {clean}");
+            }
+            let has_window = KEY.as_bytes().windows(WINDOW).any(|w| {
+                body.as_bytes().windows(WINDOW).any(|b| b == w)
+            });
+            proptest::prop_assert_eq!(has_window, clean != body);
+        }
     }
 
     #[test]
