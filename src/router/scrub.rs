@@ -28,8 +28,9 @@ pub struct Scrubber {
     /// Every `WINDOW`-byte window of every long secret, as a little-endian `u64`.
     windows: HashSet<u64>,
     /// A bitmap of the windows' hashes, small enough to stay in L1: most body positions
-    /// miss it, and so cost a multiply and a load instead of a hash-set lookup.
-    filter: Vec<u64>,
+    /// miss it, and so cost a multiply and a load instead of a hash-set lookup. Only
+    /// allocated when there is a long secret.
+    filter: Option<Box<[u64; FILTER_WORDS]>>,
     /// Secrets shorter than a window, which only count when whole.
     short: Vec<Box<[u8]>>,
 }
@@ -40,12 +41,12 @@ impl Scrubber {
         let mut scrubber = Scrubber::default();
         for secret in secrets.into_iter().map(str::as_bytes) {
             if secret.len() >= WINDOW {
-                if scrubber.filter.is_empty() {
-                    scrubber.filter = vec![0; FILTER_BITS / 64];
-                }
+                let filter = scrubber
+                    .filter
+                    .get_or_insert_with(|| Box::new([0; FILTER_WORDS]));
                 for value in secret.windows(WINDOW).map(window_value) {
                     let slot = filter_slot(value);
-                    scrubber.filter[slot / 64] |= 1 << (slot % 64);
+                    filter[slot / 64] |= 1 << (slot % 64);
                     scrubber.windows.insert(value);
                 }
             } else if !secret.is_empty() {
@@ -62,7 +63,7 @@ impl Scrubber {
 
     /// Whether there is nothing to scrub (no key was sent): every call is then free.
     pub fn is_empty(&self) -> bool {
-        self.windows.is_empty() && self.short.is_empty()
+        self.filter.is_none() && self.short.is_empty()
     }
 
     /// `text` with every part of a secret replaced by [`MARKER`]; borrowed when clean.
@@ -141,22 +142,21 @@ impl Scrubber {
     }
 
     fn find_window(&self, text: &[u8], from: usize) -> Option<(usize, usize)> {
-        if self.windows.is_empty() || text.len() < from + WINDOW {
-            return None;
-        }
-        let last = text.len() - WINDOW;
-        let start = (from..=last).find(|&i| self.has_window(text, i))?;
-        let mut end = start + WINDOW;
-        while end < text.len() && self.has_window(text, end + 1 - WINDOW) {
-            end += 1;
-        }
+        let filter = self.filter.as_deref()?;
+        let is_secret = |window: &[u8]| {
+            let value = window_value(window);
+            let slot = filter_slot(value);
+            filter[slot / 64] & (1 << (slot % 64)) != 0 && self.windows.contains(&value)
+        };
+        let rest = text.get(from..)?;
+        let start = from + rest.windows(WINDOW).position(is_secret)?;
+        let end = start
+            + WINDOW
+            + text[start + 1..]
+                .windows(WINDOW)
+                .take_while(|w| is_secret(w))
+                .count();
         Some((start, end))
-    }
-
-    fn has_window(&self, text: &[u8], at: usize) -> bool {
-        let value = window_value(&text[at..at + WINDOW]);
-        let slot = filter_slot(value);
-        self.filter[slot / 64] & (1 << (slot % 64)) != 0 && self.windows.contains(&value)
     }
 
     fn find_short(&self, text: &[u8], from: usize) -> Option<(usize, usize)> {
@@ -185,9 +185,10 @@ fn window_value(window: &[u8]) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-/// Bits in the prefilter: 8 KiB.
-const FILTER_BITS: usize = 1 << 16;
+/// Words in the prefilter: 2^16 bits, 8 KiB.
+const FILTER_WORDS: usize = 1 << 10;
 
+/// A window's bit in the prefilter: the top 16 bits of a multiplicative hash.
 fn filter_slot(value: u64) -> usize {
     (value.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize
 }
