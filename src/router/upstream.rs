@@ -104,7 +104,9 @@ impl Attempter for JsonAttempter<'_> {
             reply: Some(error_reply(
                 adapter,
                 &self.request,
-                (status, &headers, body),
+                status,
+                &headers,
+                body,
                 &scrubber,
             )),
         })
@@ -116,7 +118,9 @@ impl Attempter for JsonAttempter<'_> {
 fn error_reply(
     adapter: &dyn Adapter,
     request: &ClientRequest,
-    (status, headers, body): (StatusCode, &reqwest::header::HeaderMap, Bytes),
+    status: StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: Bytes,
     scrubber: &Scrubber,
 ) -> UpstreamReply {
     match adapter.error_body(request, status, &body) {
@@ -201,8 +205,7 @@ impl Attempter for StreamAttempter<'_> {
                 let body = scrubber.bytes(response.bytes().await.unwrap_or_default());
                 let (class, action) =
                     classify_status(status, &headers, &body, fallback_on_context_length);
-                let reply =
-                    error_reply(adapter, client_request, (status, &headers, body), &scrubber);
+                let reply = error_reply(adapter, client_request, status, &headers, body, &scrubber);
                 return Err(Failure {
                     class,
                     action,
