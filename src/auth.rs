@@ -15,6 +15,7 @@ use axum::http::header::AUTHORIZATION;
 use base64::Engine;
 use tokio::sync::watch;
 
+use crate::config::{Config, pattern_matches};
 use crate::store::sqlite::hash_key;
 use crate::store::{LimitOverrides, Store, StoreError, VirtualKey, now_ms};
 
@@ -28,13 +29,37 @@ pub struct Caller {
     pub role: Arc<str>,
 }
 
+/// Why a caller may not use a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// A direct `provider/model` name that `[auth] direct_models` does not allow.
+    DirectName,
+    /// The caller's role does not list it.
+    Role,
+    /// The caller's virtual key does not list it.
+    Key,
+}
+
 impl Caller {
-    /// Whether the caller's key allows `model` (a route name or `provider/model`).
-    pub fn may_use(&self, model: &str) -> bool {
-        match self.key.as_ref().and_then(|k| k.models.as_ref()) {
-            Some(models) => models.iter().any(|m| m == model),
-            None => true,
+    /// Whether the caller may use `model` (a route name or `provider/model`): a direct
+    /// name must pass `[auth] direct_models`, and the name must match the role's list and
+    /// the key's, where they have one.
+    pub fn may_use(&self, config: &Config, model: &str) -> Result<(), Denied> {
+        if !config.is_route(model) && !config.auth.direct_models.allows(config, model) {
+            return Err(Denied::DirectName);
         }
+        let role = config.roles.iter().find(|r| r.name == *self.role);
+        if let Some(patterns) = role.and_then(|r| r.models.as_ref()) {
+            if !patterns.iter().any(|p| p.matches(model)) {
+                return Err(Denied::Role);
+            }
+        }
+        if let Some(patterns) = self.key.as_ref().and_then(|k| k.models.as_ref()) {
+            if !patterns.iter().any(|p| pattern_matches(p, model)) {
+                return Err(Denied::Key);
+            }
+        }
+        Ok(())
     }
 
     /// Whether the caller's key has `permission`.
@@ -132,10 +157,12 @@ impl Directory {
 }
 
 fn credential(headers: &HeaderMap) -> Option<&str> {
+    // The scheme is case-insensitive (RFC 9110 §11.1): `bearer sy-…` is as good.
     let bearer = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .and_then(|(scheme, key)| scheme.eq_ignore_ascii_case("bearer").then_some(key));
     let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
     bearer.or(api_key).map(str::trim).filter(|k| !k.is_empty())
 }
@@ -265,7 +292,15 @@ mod tests {
         );
         let caller = directory.authenticate(&headers).unwrap();
         assert_eq!(&*caller.user, "ana");
-        assert!(caller.may_use("smart") && !caller.may_use("other"));
+        let config = Config::parse(
+            "[[providers]]\nname = \"p\"\nkind = \"openai\"\nkey_required = false\n\
+             [[routes]]\nname = \"smart\"\nsteps = [{ provider = \"p\", model = \"m\" }]\n\
+             [[routes]]\nname = \"other\"\nsteps = [{ provider = \"p\", model = \"m\" }]\n",
+        )
+        .unwrap();
+        assert_eq!(caller.may_use(&config, "smart"), Ok(()));
+        assert_eq!(caller.may_use(&config, "other"), Err(Denied::Key));
+        assert_eq!(caller.may_use(&config, "p/x"), Err(Denied::DirectName));
 
         store.revoke_virtual_key(&issued.key).await.unwrap();
         let generation = store.generation().await.unwrap();
@@ -284,5 +319,17 @@ mod tests {
         headers.insert(AUTHORIZATION, "Bearer sk-whatever".parse().unwrap());
         let caller = directory.authenticate(&headers).unwrap();
         assert_eq!((&*caller.user, &*caller.role), ("anonymous", "guest"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer sy-1", "bearer sy-1", "BEARER sy-1"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(AUTHORIZATION, value.parse().unwrap());
+            assert_eq!(credential(&headers), Some("sy-1"), "{value}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(AUTHORIZATION, "Basic sy-1".parse().unwrap());
+        assert_eq!(credential(&headers), None);
     }
 }

@@ -4,6 +4,7 @@
 //! with `deny_unknown_fields`, and `validate` checks it whole, collecting every error with the
 //! path of the field at fault, so a user fixes a bad file in one pass.
 
+mod access;
 mod duration;
 mod raw;
 mod validate;
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use crate::router::retry::Backoff;
 
+pub use access::{DirectModels, ModelPattern, pattern_matches};
 pub use duration::{format_duration, parse_duration};
 
 /// A configured provider's name, as steps refer to it.
@@ -115,6 +117,8 @@ pub struct ServerConfig {
 pub struct AuthConfig {
     pub required: bool,
     pub default_role: String,
+    /// Which direct `provider/model` names clients may use.
+    pub direct_models: DirectModels,
 }
 
 #[derive(Clone, Debug)]
@@ -166,6 +170,8 @@ pub struct Role {
     pub tokens_per_minute: Option<u64>,
     pub max_concurrent: Option<u64>,
     pub window: Window,
+    /// The routes and `provider/model` patterns the role may use; all when `None`.
+    pub models: Option<Vec<ModelPattern>>,
 }
 
 /// The wire format a provider speaks.

@@ -130,7 +130,7 @@ enum VkeysCommand {
         /// A permission such as `debug` (repeatable).
         #[arg(long = "permission")]
         permissions: Vec<String>,
-        /// The models (routes or provider/model) it may use, comma-separated; all if unset.
+        /// The routes and provider/model patterns (`openai/*`) it may use, comma-separated; all if unset.
         #[arg(long, value_delimiter = ',')]
         models: Option<Vec<String>>,
         /// Overrides the role's requests per minute.

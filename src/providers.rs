@@ -122,6 +122,43 @@ pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
     }
 }
 
+/// Why a model name a client chose cannot go to a provider of `kind`, if it cannot.
+///
+/// Gemini and Azure put the model into the URL path, where `/`, `..`, `?` or `#` would
+/// steer the request (and the operator's key) to another endpoint; the others carry it in
+/// the JSON body, where `vendor/model` names are normal. No kind takes control characters.
+pub fn check_model_name(kind: ProviderKind, model: &str) -> Result<(), &'static str> {
+    if model.chars().any(char::is_control) {
+        return Err("the model name may not contain control characters");
+    }
+    let in_path = match kind {
+        ProviderKind::OpenAi | ProviderKind::Anthropic => return Ok(()),
+        ProviderKind::Gemini => model.strip_prefix("models/").unwrap_or(model),
+        ProviderKind::Azure => model,
+    };
+    if in_path.contains(['/', '\\', '?', '#']) {
+        return Err("the model name may not contain `/`, `\\`, `?` or `#` for this provider");
+    }
+    if in_path == "." || in_path.contains("..") {
+        return Err("the model name may not contain `..` or be `.` for this provider");
+    }
+    Ok(())
+}
+
+/// Percent-encodes `text` as one URL path segment (or query value): everything but
+/// unreserved characters, so nothing in it can end the segment or start a query.
+pub(crate) fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 /// The token counts an answer reported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
 pub struct Usage {
@@ -205,6 +242,26 @@ pub(crate) fn to_bytes(value: &impl serde::Serialize) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn model_names_in_urls_are_one_plain_segment() {
+        for kind in [ProviderKind::Gemini, ProviderKind::Azure] {
+            for bad in ["a/b", "../x", "..", ".", "x?k=1", "x#f", "a\\b", "a\u{7f}b"] {
+                assert!(check_model_name(kind, bad).is_err(), "{kind:?} {bad}");
+            }
+            assert_eq!(check_model_name(kind, "gpt-4o.mini_2:x"), Ok(()));
+        }
+        assert_eq!(
+            check_model_name(ProviderKind::Gemini, "models/gemini-2.5-flash"),
+            Ok(())
+        );
+        assert_eq!(
+            check_model_name(ProviderKind::OpenAi, "meta-llama/Llama-3?#"),
+            Ok(())
+        );
+        assert!(check_model_name(ProviderKind::Anthropic, "claude\n").is_err());
+        assert_eq!(path_segment("a/b %2F.~"), "a%2Fb%20%252F.~");
+    }
 
     #[test]
     fn reads_every_providers_error_shape() {

@@ -1,7 +1,8 @@
 //! Routing: which chain a request takes, and the attempt loop that walks it.
 //!
-//! `chain` runs the loop, `classify` decides what each failure means, and `retry` computes
-//! the waits between attempts. `health` remembers how each deployment has done lately: its
+//! `chain` runs the loop, `classify` decides what each failure means, `scrub` takes the keys
+//! an attempt sent out of what comes back, and `retry` computes the waits between attempts.
+//! `health` remembers how each deployment has done lately: its
 //! `breaker`, and what `balance` needs to choose among a step's deployments. The loop knows
 //! nothing of wire formats: an [`Attempter`] makes each attempt and reports it.
 
@@ -11,6 +12,7 @@ pub mod chain;
 pub mod classify;
 pub mod health;
 pub mod retry;
+pub mod scrub;
 pub mod upstream;
 
 pub use chain::{Attempt, Attempter, ChainEnd, ChainRun, Failure, UpstreamReply, run_chain};
@@ -21,20 +23,37 @@ use std::sync::Arc;
 
 use crate::config::{Config, ModelName, ProviderId, Route, RouteName, Step};
 
+/// Why a client's `model` names no route it can take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// Neither a route nor `provider/model` of a configured provider.
+    Unknown,
+    /// A direct name whose model part cannot go to its provider, and why.
+    BadModelName(&'static str),
+}
+
 /// Finds the route a client's `model` names: a configured route, or `provider/model` directly.
-pub fn resolve_route(config: &Config, routes: &[Arc<Route>], model: &str) -> Option<Arc<Route>> {
+/// A direct model part is checked before any upstream sees it, since it is the client's.
+pub fn resolve_route(
+    config: &Config,
+    routes: &[Arc<Route>],
+    model: &str,
+) -> Result<Arc<Route>, RouteError> {
     if let Some(route) = routes.iter().find(|r| r.name.as_str() == model) {
-        return Some(route.clone());
+        return Ok(route.clone());
     }
-    let (provider, upstream_model) = model.split_once('/')?;
+    let (provider, upstream_model) = model.split_once('/').ok_or(RouteError::Unknown)?;
     let provider = config
         .providers
         .iter()
-        .find(|p| p.id.as_str() == provider)?;
+        .find(|p| p.id.as_str() == provider)
+        .ok_or(RouteError::Unknown)?;
     if upstream_model.is_empty() {
-        return None;
+        return Err(RouteError::Unknown);
     }
-    Some(Arc::new(Route {
+    crate::providers::check_model_name(provider.kind, upstream_model)
+        .map_err(RouteError::BadModelName)?;
+    Ok(Arc::new(Route {
         name: RouteName(Arc::from(model)),
         steps: vec![Step::single(
             ProviderId(provider.id.0.clone()),

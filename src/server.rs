@@ -127,7 +127,10 @@ impl AppState {
     ) -> Result<(AppState, TelemetryWriter), StartError> {
         // Installing twice (several gateways in one test process) is harmless; ignore that.
         let _ = rustls::crypto::ring::default_provider().install_default();
+        // A redirect would carry the provider key (and the prompt) to whatever origin it
+        // names; a 3xx is a failed attempt instead (see `router::classify`).
         let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .tcp_nodelay(true)
             .pool_max_idle_per_host(1024)
             .connect_timeout(config.retry.attempt_timeout)
@@ -435,7 +438,8 @@ impl Gateway {
     }
 }
 
-/// What the caller's key may use: every route and direct `provider/model`, or the key's list.
+/// What the caller may use: the routes and their steps' `provider/model` names that
+/// `[auth] direct_models`, the caller's role and its key allow.
 async fn models(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
@@ -454,7 +458,7 @@ async fn models(
     }
     let data: Vec<_> = ids
         .into_iter()
-        .filter(|id| caller.may_use(id))
+        .filter(|id| caller.may_use(&state.config, id).is_ok())
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))

@@ -5,6 +5,7 @@ mod gateway {
     pub mod services;
     pub mod support;
 
+    mod access;
     mod breakers;
     mod cross_vendor;
     mod dashboard;
@@ -16,6 +17,7 @@ mod gateway {
     mod lossless;
     mod messages;
     mod passthrough;
+    mod secrets;
     mod streaming;
     pub mod telemetry;
 }

@@ -1,6 +1,7 @@
 //! The secret appears in no log line, metric, error body, header, `Debug` output or
-//! plain-text byte of the SQLite file, through put, rotation, requests and a 401 that
-//! echoes the key back.
+//! plain-text byte of the SQLite file, through put, rotation, requests, a 401 that
+//! echoes the key back, and a provider that echoes it in a 400, a 422 and a stream's
+//! error event. (`tests/gateway/secrets.rs` covers every provider kind and answer path.)
 //!
 //! Its own test binary, so no other test's thread can reach a log call site first: tracing
 //! caches a call site's interest process-wide, and a site first hit where no subscriber is
@@ -14,7 +15,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 use tracing_subscriber::fmt::MakeWriter;
@@ -119,13 +120,37 @@ async fn the_secret_is_never_exposed() {
         .start()
         .await
         .unwrap();
+    // A provider that takes the key, then echoes it (whole, then in part) in its answers.
+    let echo = |message: &str| {
+        json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string()
+    };
+    let echoer = FakeUpstream::new("echoer")
+        .then(Behavior::status(400).body(&echo(&format!("bad key {FIRST}"))))
+        .then(Behavior::status(422).body(&echo("key ending FIRSTSECRET-7f3a9c")))
+        .then(
+            Behavior::ok()
+                .error_after(1)
+                .error_message(&format!("bad key {FIRST}")),
+        )
+        .start()
+        .await
+        .unwrap();
     let db = std::env::temp_dir().join(format!("switchyard-leak-{}.db", uuid::Uuid::now_v7()));
     let gateway = keyed(
         &primary,
         &secondary,
-        &format!("[store]\nurl = \"sqlite://{}\"\n", db.display()),
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n[[providers]]\nname = \"echoer\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}",
+            db.display(),
+            echoer.base_url(),
+            route("e", &[("echoer", "model-e")], ""),
+        ),
     )
     .await;
+    gateway
+        .put_provider_key("echoer", "main", FIRST)
+        .await
+        .unwrap();
     put_key(&gateway, FIRST).await;
     put_key(&gateway, SECOND).await;
 
@@ -138,6 +163,26 @@ async fn the_secret_is_never_exposed() {
         }
         seen.push_str(&response.text().await.unwrap());
     }
+    for (body, status) in [(chat("e"), 400), (chat("e"), 422), (chat_stream("e"), 200)] {
+        let response = post(&gateway, &body).await;
+        assert_eq!(response.status(), status);
+        for (name, value) in response.headers() {
+            seen.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or("")));
+        }
+        let text = response.text().await.unwrap();
+        assert!(
+            text.contains("[redacted]"),
+            "the echo came back, scrubbed: {text}"
+        );
+        seen.push_str(&text);
+    }
+    assert!(
+        echoer
+            .requests()
+            .iter()
+            .all(|r| r.headers["authorization"].contains(FIRST)),
+        "the echoer got the key"
+    );
     assert!(
         primary
             .requests()
@@ -175,7 +220,7 @@ async fn the_secret_is_never_exposed() {
     assert!(lease.is_some());
     assert_clean("Debug output", &debug);
 
-    gateway.telemetry().wait_for_rows(3).await;
+    gateway.telemetry().wait_for_rows(6).await;
     let logs = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
     assert!(logs.contains("request"), "the request log was captured");
     assert_clean("the logs", &logs);

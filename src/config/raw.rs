@@ -79,6 +79,18 @@ pub struct RawServer {
 pub struct RawAuth {
     pub required: Option<bool>,
     pub default_role: Option<String>,
+    pub direct_models: Option<RawDirectModels>,
+}
+
+/// `direct_models = false | true | ["provider/*", ...]`.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "must be false, true, or a list of provider/model patterns"
+)]
+pub enum RawDirectModels {
+    Flag(bool),
+    Patterns(Vec<String>),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,6 +116,8 @@ pub struct RawRole {
     pub tokens_per_minute: Option<u64>,
     pub max_concurrent: Option<u64>,
     pub window: Option<String>,
+    /// The routes and `provider/model` patterns the role may use; all when unset.
+    pub models: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

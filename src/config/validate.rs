@@ -1,5 +1,6 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
+mod access;
 mod steps;
 mod telemetry;
 
@@ -102,6 +103,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
+        direct_models: access::direct_models(&mut errors, raw.auth.direct_models),
     };
     let roles = raw
         .roles
@@ -119,6 +121,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
                     Window::Fixed
                 }
             },
+            models: access::role_models(&mut errors, i, r.models),
             name: r.name,
             requests_per_minute: r.requests_per_minute,
             tokens_per_minute: r.tokens_per_minute,

@@ -354,17 +354,20 @@ impl Completion {
         }
     }
 
-    /// The provider's own error event inside a stream.
-    pub fn stream_error(&self) -> Bytes {
+    /// The provider's own error event inside a stream, saying `message` if given.
+    pub fn stream_error(&self, message: Option<&str>) -> Bytes {
         match self.shape {
             Shape::OpenAi => data(&json!({"error": {
-                "message": "fake upstream failed mid-stream", "type": "server_error", "param": null, "code": "server_error"}})),
+                "message": message.unwrap_or("fake upstream failed mid-stream"),
+                "type": "server_error", "param": null, "code": "server_error"}})),
             Shape::Anthropic => named(
                 "error",
-                &json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+                &json!({"type": "error", "error": {"type": "overloaded_error",
+                    "message": message.unwrap_or("Overloaded")}}),
             ),
             Shape::Gemini => gemini_data(&json!({"error": {
-                "code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})),
+                "code": 503, "message": message.unwrap_or("The model is overloaded."),
+                "status": "UNAVAILABLE"}})),
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct Behavior {
     /// Stream: send the provider's own in-stream error event after this many content
     /// chunks (Anthropic's `overloaded_error`, for one), then close.
     pub error_after: Option<usize>,
+    /// Stream: the message of that error event, instead of the shape's default.
+    pub error_message: Option<String>,
 }
 
 /// A function call a scripted answer makes.
@@ -124,6 +126,12 @@ impl Behavior {
     /// Sends the provider's in-stream error event after `chunks` content chunks.
     pub fn error_after(mut self, chunks: usize) -> Behavior {
         self.error_after = Some(chunks);
+        self
+    }
+
+    /// Says `message` in the in-stream error event (to echo a key, say).
+    pub fn error_message(mut self, message: &str) -> Behavior {
+        self.error_message = Some(message.to_owned());
         self
     }
 

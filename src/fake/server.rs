@@ -424,7 +424,9 @@ async fn send_stream(
         }
         if behavior.error_after == Some(i) {
             let _ = sender
-                .send(Ok(Frame::data(completion.stream_error())))
+                .send(Ok(Frame::data(
+                    completion.stream_error(behavior.error_message.as_deref()),
+                )))
                 .await;
             return true;
         }

@@ -57,25 +57,11 @@ fn url(target: &Target<'_>, operation: Operation) -> String {
     let mut url = format!(
         "{}/openai/deployments/{}/{path}",
         target.provider.base_url,
-        encode_segment(target.model)
+        super::path_segment(target.model)
     );
     url.push_str("?api-version=");
-    url.push_str(&encode_segment(&target.provider.api_version));
+    url.push_str(&super::path_segment(&target.provider.api_version));
     url
-}
-
-/// Percent-encodes what is not safe in a path segment or query value; deployment names and
-/// API versions are plain, so this rarely changes anything.
-fn encode_segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -54,8 +54,9 @@ impl Adapter for GeminiAdapter {
             }
         };
         let url = format!(
-            "{}/v1beta/models/{model}:{method}",
-            target.provider.base_url
+            "{}/v1beta/models/{}:{method}",
+            target.provider.base_url,
+            super::path_segment(model)
         );
         let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream);
         if let Some(key) = target.key {

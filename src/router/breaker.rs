@@ -77,6 +77,7 @@ impl Verdict {
             None => Verdict::Success,
             Some(
                 FailureClass::ServerError
+                | FailureClass::Redirect
                 | FailureClass::Overloaded
                 | FailureClass::Timeout
                 | FailureClass::Connect

@@ -18,6 +18,8 @@ pub enum FailureClass {
     Overloaded,
     /// Any other 5xx.
     ServerError,
+    /// A 3xx: redirects are never followed, since they would carry our key elsewhere.
+    Redirect,
     /// 408, or no answer (or first event) within the attempt timeout.
     Timeout,
     /// The TCP or TLS connection could not be made.
@@ -51,6 +53,7 @@ impl FailureClass {
             FailureClass::RateLimited => "rate_limited",
             FailureClass::Overloaded => "overloaded",
             FailureClass::ServerError => "server_error",
+            FailureClass::Redirect => "redirect",
             FailureClass::Timeout => "timeout",
             FailureClass::Connect => "connect_error",
             FailureClass::Reset => "connection_reset",
@@ -113,6 +116,9 @@ pub fn classify_status(
             (FailureClass::ContextLength, action)
         }
         500..=599 => (FailureClass::ServerError, Action::NextStep),
+        // A provider that redirects is misconfigured or compromised; like a 5xx, another
+        // step may serve, and the redirect's target is never contacted.
+        300..=399 => (FailureClass::Redirect, Action::NextStep),
         _ => (FailureClass::BadRequest, Action::ReturnToClient),
     }
 }
@@ -180,6 +186,11 @@ mod tests {
         assert_eq!(classify(404, None, "").1, Action::NextStep);
         assert_eq!(classify(422, None, "").1, Action::ReturnToClient);
         assert_eq!(classify(400, None, "bad").1, Action::ReturnToClient);
+        assert_eq!(
+            classify(307, None, ""),
+            (FailureClass::Redirect, Action::NextStep)
+        );
+        assert_eq!(classify(301, None, "").1, Action::NextStep);
     }
 
     #[test]

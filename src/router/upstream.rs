@@ -13,6 +13,7 @@ use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
 use super::classify::{Action, FailureClass, classify_status, classify_transport};
+use super::scrub::{ScrubbedReader, Scrubber};
 use crate::config::{Deployment, Provider};
 use crate::keys::KeyLease;
 use crate::providers::sse::{SseError, SseReader};
@@ -30,11 +31,11 @@ pub struct JsonReply {
 }
 
 /// A stream that committed: the client's events for its first upstream event, and the
-/// reader and translator for the rest.
+/// reader and translator for the rest. The reader scrubs the attempt's key from every event.
 pub struct CommittedStream {
     pub first: Vec<Bytes>,
     pub first_usage: Option<Usage>,
-    pub reader: SseReader<ByteStream>,
+    pub reader: ScrubbedReader,
     pub translator: Box<dyn StreamTranslator>,
 }
 
@@ -68,6 +69,7 @@ impl Attempter for JsonAttempter<'_> {
             Ok(request) => request,
             Err(rejection) => return rejected(&self.request, rejection),
         };
+        let scrubber = Scrubber::for_key(key);
         let response = match timeout(attempt_timeout, request.send()).await {
             Err(_) => return failed(FailureClass::Timeout),
             Ok(Err(e)) => return failed(classify_transport(&e)),
@@ -79,7 +81,7 @@ impl Attempter for JsonAttempter<'_> {
         let body = match timeout(body_time, response.bytes()).await {
             Err(_) => return failed(FailureClass::Timeout),
             Ok(Err(e)) => return failed(classify_transport(&e)),
-            Ok(Ok(body)) => body,
+            Ok(Ok(body)) => scrubber.bytes(body),
         };
         if status.is_success() {
             return match adapter.decode(&self.request, &body) {
@@ -99,18 +101,27 @@ impl Attempter for JsonAttempter<'_> {
         Attempt::Failed(Failure {
             class,
             action,
-            reply: Some(error_reply(adapter, &self.request, status, &headers, body)),
+            reply: Some(error_reply(
+                adapter,
+                &self.request,
+                status,
+                &headers,
+                body,
+                &scrubber,
+            )),
         })
     }
 }
 
-/// An upstream error answer, its body in the client's shape when the formats differ.
+/// An upstream error answer, its body in the client's shape when the formats differ. The
+/// body comes scrubbed; the one header passed on is scrubbed here.
 fn error_reply(
     adapter: &dyn Adapter,
     request: &ClientRequest,
     status: StatusCode,
     headers: &reqwest::header::HeaderMap,
     body: Bytes,
+    scrubber: &Scrubber,
 ) -> UpstreamReply {
     match adapter.error_body(request, status, &body) {
         Some(translated) => UpstreamReply {
@@ -120,7 +131,9 @@ fn error_reply(
         },
         None => UpstreamReply {
             status,
-            content_type: headers.get(reqwest::header::CONTENT_TYPE).cloned(),
+            content_type: headers
+                .get(reqwest::header::CONTENT_TYPE)
+                .map(|value| scrubber.header(value.clone())),
             body,
         },
     }
@@ -176,6 +189,7 @@ impl Attempter for StreamAttempter<'_> {
             Ok(request) => request,
             Err(rejection) => return rejected(&self.request, rejection),
         };
+        let scrubber = Scrubber::for_key(key);
         let mut translator = adapter.stream(&self.request);
         let client_request = &self.request;
         let fallback_on_context_length = self.fallback_on_context_length;
@@ -188,10 +202,10 @@ impl Attempter for StreamAttempter<'_> {
             let status = response.status();
             if !status.is_success() {
                 let headers = response.headers().clone();
-                let body = response.bytes().await.unwrap_or_default();
+                let body = scrubber.bytes(response.bytes().await.unwrap_or_default());
                 let (class, action) =
                     classify_status(status, &headers, &body, fallback_on_context_length);
-                let reply = error_reply(adapter, client_request, status, &headers, body);
+                let reply = error_reply(adapter, client_request, status, &headers, body, &scrubber);
                 return Err(Failure {
                     class,
                     action,
@@ -199,7 +213,7 @@ impl Attempter for StreamAttempter<'_> {
                 });
             }
             let bytes: ByteStream = Box::pin(response.bytes_stream());
-            let mut reader = SseReader::new(bytes);
+            let mut reader = ScrubbedReader::new(SseReader::new(bytes), scrubber);
             let (first, first_usage) = first_event(&mut reader, translator.as_mut()).await?;
             Ok(CommittedStream {
                 first,
@@ -218,7 +232,7 @@ impl Attempter for StreamAttempter<'_> {
 
 /// Reads up to the first event with content; keep-alives before it are dropped.
 async fn first_event(
-    reader: &mut SseReader<ByteStream>,
+    reader: &mut ScrubbedReader,
     translator: &mut dyn StreamTranslator,
 ) -> Result<(Vec<Bytes>, Option<Usage>), Failure> {
     loop {

@@ -6,7 +6,7 @@ use axum::response::Response;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::auth::{AuthFailure, Caller};
+use crate::auth::{AuthFailure, Caller, Denied};
 use crate::limits::{Decision, Permit, RateHeaders};
 use crate::telemetry::RecordGuard;
 
@@ -41,11 +41,15 @@ pub fn authorize(
     model: &str,
     headers: &HeaderMap,
 ) -> Result<usize, ApiError> {
-    if !caller.may_use(model) {
-        return Err(ApiError::Forbidden(
-            "this virtual key may not use that model",
-        ));
-    }
+    caller
+        .may_use(&state.config, model)
+        .map_err(|denied| match denied {
+            Denied::DirectName => ApiError::Forbidden(
+                "direct provider/model names other than a route's steps are not enabled: use a route, or see [auth] direct_models",
+            ),
+            Denied::Role => ApiError::Forbidden("this caller's role may not use that model"),
+            Denied::Key => ApiError::Forbidden("this virtual key may not use that model"),
+        })?;
     let forced = headers
         .get(FORCE_FALLBACK)
         .and_then(|v| v.to_str().ok())

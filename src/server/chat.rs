@@ -23,7 +23,7 @@ use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
 use crate::router::chain::{ChainInputs, describe_failures};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
-use crate::router::{ChainEnd, ChainRun, resolve_route, run_chain};
+use crate::router::{ChainEnd, ChainRun, RouteError, resolve_route, run_chain};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
 /// A request that passed every check and is ready to route.
@@ -147,8 +147,13 @@ fn prepare(
         }
     };
     let stream = (endpoint.check)(&request)?;
-    let route = resolve_route(&state.config, &state.routes, model)
-        .ok_or_else(|| ApiError::UnknownModel(model.clone()))?;
+    let route = resolve_route(&state.config, &state.routes, model).map_err(|e| match e {
+        RouteError::Unknown => ApiError::UnknownModel(model.clone()),
+        RouteError::BadModelName(why) => ApiError::InvalidRequest {
+            message: why.into(),
+            param: Some("model"),
+        },
+    })?;
     Ok(Prepared {
         route,
         model: model.clone(),

@@ -39,7 +39,12 @@ async fn json_passthrough_rewrites_only_the_model() {
 #[tokio::test]
 async fn provider_slash_model_routes_directly() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&provider("up", &fake)).await;
+    // Any model of a configured provider, not only those in routes, once the operator says so.
+    let config = format!(
+        "[auth]\nrequired = false\ndirect_models = true\n{}",
+        provider("up", &fake)
+    );
+    let gateway = gateway(&config).await;
     let response = post(&gateway, &chat("up/org/model-7b")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(fake.requests()[0].json()["model"], "org/model-7b");
