@@ -1,5 +1,6 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
+mod location;
 mod steps;
 mod telemetry;
 
@@ -12,31 +13,46 @@ use super::raw::*;
 use super::*;
 use crate::router::retry::{Backoff, BackoffError};
 
-/// Parses TOML, naming the path of the field at fault (`routes[2].steps[0].provider`).
+/// Parses TOML, naming the path of the field at fault (`routes[2].steps[0].provider`), and
+/// for a syntax or type error also the line and column, with the line and a caret under it.
 pub fn parse_raw(text: &str) -> Result<RawConfig, FieldError> {
     let deserializer = toml::de::Deserializer::parse(text).map_err(|e| FieldError {
         field: "(file)".into(),
-        message: e.message().to_string(),
+        message: location::located(text, &e),
     })?;
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
         FieldError {
             field: if path == "." { "(file)".into() } else { path },
-            message: e.into_inner().message().to_string(),
+            message: location::located(text, &e.into_inner()),
         }
     })
 }
 
 /// Collects errors so one pass reports them all.
 #[derive(Default)]
-struct Errors(Vec<FieldError>);
+struct Errors {
+    found: Vec<FieldError>,
+    /// Providers that are declared but invalid: a step naming one is not a second error.
+    invalid_providers: HashSet<String>,
+}
 
 impl Errors {
     fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError {
+        self.found.push(FieldError {
             field: field.into(),
             message: message.into(),
         });
+    }
+
+    /// Reports a reference to a provider that is not defined; one that is defined but
+    /// invalid has its own error already, so the reference is not reported again.
+    fn unknown_provider(&mut self, field: String, name: &str, providers: &[Provider]) {
+        if !providers.iter().any(|p| p.id.as_str() == name)
+            && !self.invalid_providers.contains(name)
+        {
+            self.add(field, format!("no provider is named `{name}`"));
+        }
     }
 
     fn duration(&mut self, field: &str, value: Option<&str>, default: Duration) -> Duration {
@@ -125,8 +141,8 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
             max_concurrent: r.max_concurrent,
         })
         .collect();
-    if !errors.0.is_empty() {
-        return Err(errors.0);
+    if !errors.found.is_empty() {
+        return Err(errors.found);
     }
     Ok(Config {
         server,
@@ -222,6 +238,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                     format!("providers[{i}].kind"),
                     format!("`{other}` is not one of `openai`, `anthropic`, `gemini`, `azure`"),
                 );
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
         };
@@ -274,6 +291,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                     format!("providers[{i}].base_url"),
                     "is required for azure: https://{resource}.openai.azure.com",
                 );
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
         };
@@ -281,6 +299,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             Ok(url) if matches!(url.scheme(), "http" | "https") => {}
             Ok(_) => {
                 errors.add(format!("providers[{i}].base_url"), "must be http or https");
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
             Err(e) => {
@@ -288,6 +307,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                     format!("providers[{i}].base_url"),
                     format!("`{base_url}` is not a URL: {e}"),
                 );
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
         }
