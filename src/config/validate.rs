@@ -119,6 +119,20 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
     };
+    let store_url = raw
+        .store
+        .url
+        .unwrap_or_else(|| "sqlite://switchyard.db".into());
+    let sqlite_file = store_url.strip_prefix("sqlite://");
+    if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
+        errors.add(
+            "store.url",
+            format!("`{store_url}` is not a store: use sqlite://PATH or sqlite::memory:"),
+        );
+    }
+    if raw.admin.token_file.as_deref() == Some("") {
+        errors.add("admin.token_file", "must not be empty");
+    }
     let roles = raw
         .roles
         .into_iter()
@@ -147,12 +161,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     Ok(Config {
         server,
         auth,
-        store: StoreConfig {
-            url: raw
-                .store
-                .url
-                .unwrap_or_else(|| "sqlite://switchyard.db".into()),
-        },
+        store: StoreConfig { url: store_url },
         limits,
         roles,
         providers,
@@ -166,6 +175,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         log,
         alerts,
         prices,
+        admin: AdminConfig {
+            token_file: raw.admin.token_file.map(std::path::PathBuf::from),
+        },
     })
 }
 
@@ -208,11 +220,19 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
             FailMode::Closed
         }
     };
+    let redis_url = raw
+        .redis_url
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    match reqwest::Url::parse(&redis_url) {
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        _ => errors.add(
+            "limits.redis_url",
+            format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
+        ),
+    }
     LimitsConfig {
         backend,
-        redis_url: raw
-            .redis_url
-            .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
+        redis_url,
         on_backend_error,
         key_prefix: raw.key_prefix.unwrap_or_else(|| "switchyard".into()),
     }
