@@ -17,6 +17,7 @@ mod gateway {
     mod messages;
     mod operator;
     mod passthrough;
+    mod readme;
     mod streaming;
     pub mod telemetry;
 }
