@@ -2,7 +2,21 @@
 
 use std::fmt::Write;
 
-use crate::config::{Balance, Config, format_duration};
+use std::time::Duration;
+
+use crate::config::{Balance, Config, LimitBackend, format_duration};
+use crate::store::{Store, StoreError};
+
+/// What `check --connect` could not reach.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("the store file {0} does not exist yet (serve creates it on first start)")]
+    NoStoreFile(String),
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot reach Redis at {url}: {why}")]
+    Redis { url: String, why: String },
+}
 
 /// A readable report of every route's chain and worst-case latency budget.
 pub fn report(config: &Config) -> String {
@@ -67,6 +81,73 @@ pub fn report(config: &Config) -> String {
         let _ = writeln!(out, "  worst case: {}{capped}", format_duration(worst));
     }
     out
+}
+
+/// What will work but probably not as meant: a provider that needs a key and has none from
+/// the environment (the store may still hold one; `--connect` cannot read secrets to tell).
+pub fn warnings(config: &Config) -> Vec<String> {
+    config
+        .providers
+        .iter()
+        .filter(|p| p.key_required)
+        .filter(|p| {
+            p.api_key_env
+                .as_deref()
+                .is_none_or(|var| std::env::var(var).map_or(true, |v| v.is_empty()))
+        })
+        .map(|p| {
+            let source = match &p.api_key_env {
+                Some(var) => format!("{var} is not set"),
+                None => "it names no api_key_env".to_owned(),
+            };
+            format!(
+                "provider `{}` needs a key and {source}: unless the store holds one \
+                 (`switchyard keys list`), its steps are skipped as no_key",
+                p.id
+            )
+        })
+        .collect()
+}
+
+/// Opens the store and, when the limits use Redis, sends it a PING: what `serve` will need.
+pub async fn connect(config: &Config) -> Result<(), ConnectError> {
+    if let Some(path) = config.store.url.strip_prefix("sqlite://")
+        && !std::path::Path::new(path).exists()
+    {
+        return Err(ConnectError::NoStoreFile(path.to_owned()));
+    }
+    Store::open(&config.store.url).await?.generation().await?;
+    if config.limits.backend == LimitBackend::Redis {
+        let url = config.limits.redis_url.as_str();
+        // The URL may carry a password: only its host and port are shown.
+        let shown = reqwest::Url::parse(url).map_or_else(
+            |_| "the configured URL".to_owned(),
+            |u| {
+                format!(
+                    "{}:{}",
+                    u.host_str().unwrap_or(""),
+                    u.port().unwrap_or(6379)
+                )
+            },
+        );
+        let fail = |why: String| ConnectError::Redis {
+            url: shown.clone(),
+            why,
+        };
+        let client = redis::Client::open(url).map_err(|e| fail(e.to_string()))?;
+        let ping = async {
+            let mut connection = client.get_multiplexed_async_connection().await?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+        };
+        match tokio::time::timeout(Duration::from_secs(3), ping).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(fail(e.to_string())),
+            Err(_) => return Err(fail("no answer in 3 s".into())),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

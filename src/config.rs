@@ -67,6 +67,13 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Per-model prices, for the cost of each request.
     pub prices: Vec<Price>,
+    pub admin: AdminConfig,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AdminConfig {
+    /// A file (mode 0600) holding the admin API's bearer token; the environment wins over it.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug)]
@@ -330,7 +337,30 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(&text)
+        let mut config = Config::parse(&text)?;
+        // A relative path means "beside the config", wherever the process was started from:
+        // resolving it against the current directory would silently open a new, empty store.
+        let dir = std::path::absolute(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_default();
+        config.resolve_paths(&dir);
+        Ok(config)
+    }
+
+    /// Makes every relative path in the config relative to `dir` (the config file's own).
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        if let Some(file) = self.store.url.strip_prefix("sqlite://")
+            && !file.is_empty()
+            && Path::new(file).is_relative()
+        {
+            self.store.url = format!("sqlite://{}", dir.join(file).display());
+        }
+        if let Some(file) = &mut self.admin.token_file
+            && file.is_relative()
+        {
+            *file = dir.join(&*file);
+        }
     }
 
     /// Parses and validates config text, reporting every error with its field path.

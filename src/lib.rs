@@ -11,6 +11,7 @@
 //! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
 //! - [`demo`]: fake providers and a gateway in one process, for a first look.
 //! - [`check`]: `switchyard check`'s report of each route's chain and worst case.
+//! - [`init`]: `switchyard init`'s example config and admin token file.
 //!
 //! One request takes one path: `server` → `router` → `providers`, and exactly one
 //! [`telemetry::RequestRecord`] comes out of it.
@@ -20,6 +21,7 @@ pub mod check;
 pub mod config;
 pub mod demo;
 pub mod fake;
+pub mod init;
 pub mod keys;
 pub mod limits;
 pub mod providers;

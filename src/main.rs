@@ -9,8 +9,39 @@ use clap::{Parser, Subcommand};
 use switchyard::config::{Config, ConfigError};
 use switchyard::fake::{FakeUpstream, Script};
 
+/// The version and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SWITCHYARD_COMMIT"),
+    ")"
+);
+
+const SERVE_ENV: &str = concat!(
+    "Environment:\n",
+    "  SWITCHYARD_LOG          log filter (default `info`), e.g. `debug` or `switchyard=trace`\n",
+    "  SWITCHYARD_MASTER_KEY   base64 master key for provider secrets (else the 0600 file beside the database)\n",
+    "  SWITCHYARD_ADMIN_TOKEN  bearer token for /admin/* (else [admin] token_file; neither: admin API off)\n",
+    "  each provider's `api_key_env` (e.g. OPENAI_API_KEY) seeds its key into the store at start"
+);
+const CHECK_ENV: &str = concat!(
+    "Environment:\n",
+    "  SWITCHYARD_LOG          log filter (default `info`)\n",
+    "  SWITCHYARD_MASTER_KEY   with --connect: opens provider keys in the store\n",
+    "  each provider's `api_key_env`: checked, to warn about providers with no key"
+);
+const KEYS_ENV: &str = concat!(
+    "Environment:\n",
+    "  SWITCHYARD_LOG          log filter (default `info`)\n",
+    "  SWITCHYARD_MASTER_KEY   base64 master key for provider secrets (else the 0600 file beside the database)"
+);
+const LOG_ONLY_ENV: &str = concat!(
+    "Environment:\n",
+    "  SWITCHYARD_LOG          log filter (default `info`), e.g. `debug` or `switchyard=trace`"
+);
+
 #[derive(Parser)]
-#[command(name = "switchyard", version, about = "A self-hosted LLM gateway")]
+#[command(name = "switchyard", version = VERSION, about = "A self-hosted LLM gateway")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,31 +50,47 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
+    #[command(after_help = SERVE_ENV)]
     Serve {
         #[arg(long, default_value = "switchyard.toml")]
         config: PathBuf,
     },
     /// Run fake providers and a gateway with a fallback chain, printing what to curl.
+    #[command(after_help = LOG_ONLY_ENV)]
     Demo {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
     },
+    /// Write a complete, commented example config and an admin token file to start from.
+    #[command(after_help = LOG_ONLY_ENV)]
+    Init {
+        /// The directory to write switchyard.toml and admin-token into.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
     /// Validate a config; print each route's chain and worst-case latency budget.
+    #[command(after_help = CHECK_ENV)]
     Check {
         #[arg(long, default_value = "switchyard.toml")]
         config: PathBuf,
+        /// Also open the store and, when the limits use it, reach Redis.
+        #[arg(long)]
+        connect: bool,
     },
     /// Manage provider keys: put (reads the secret from stdin), list, rollback, rm.
+    #[command(after_help = KEYS_ENV)]
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
     },
     /// Manage virtual keys: create, list, revoke.
+    #[command(after_help = LOG_ONLY_ENV)]
     Vkeys {
         #[command(subcommand)]
         command: VkeysCommand,
     },
     /// Read the request log: a table, or one JSON object a line with --json.
+    #[command(after_help = LOG_ONLY_ENV)]
     Logs {
         #[arg(long, default_value = "switchyard.toml")]
         config: PathBuf,
@@ -64,6 +111,7 @@ enum Command {
         json: bool,
     },
     /// Run the scriptable fake provider used by tests, the demo and benchmarks.
+    #[command(after_help = LOG_ONLY_ENV)]
     FakeUpstream {
         #[arg(long, default_value = "127.0.0.1:9001")]
         listen: SocketAddr,
@@ -172,21 +220,37 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause that only repeats what is
+/// already said (as `#[error("…: {0}")]` quotes its source, or SQLite's "Error code 14:
+/// unable to open database file" under rusqlite's own message) is not printed again.
+fn chain(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        let gist = cause.rsplit(": ").next().unwrap_or(&cause);
+        if !text.contains(gist) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve { config } => {
             let config = load(&config)?;
+            let options = switchyard::server::StartOptions::for_config(&config)?;
             let listener = tokio::net::TcpListener::bind(config.server.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.server.listen))?;
-            tracing::info!(addr = %listener.local_addr()?, "switchyard listening");
-            let options = switchyard::server::StartOptions::from_env();
+            // `run` says "listening" itself, once nothing can stop the start any more.
             switchyard::server::run(listener, config, options, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -197,13 +261,40 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             demo.gateway.shutdown().await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { config } => match Config::load(&config) {
+        Command::Init { dir } => {
+            let written = switchyard::init::write(&dir)?;
+            println!("wrote {}", written.config.display());
+            if written.token_created {
+                println!(
+                    "wrote {} (mode 0600): the admin API's token",
+                    written.token.display()
+                );
+            } else {
+                println!("kept {}", written.token.display());
+            }
+            println!(
+                "next:\n  switchyard check --config {0}\n  ANTHROPIC_API_KEY=... OPENAI_API_KEY=... switchyard serve --config {0}\n  switchyard vkeys create --config {0} --user you --role default",
+                written.config.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check {
+            config: path,
+            connect,
+        } => match Config::load(&path) {
             Ok(config) => {
                 print!("{}", switchyard::check::report(&config));
+                for warning in switchyard::check::warnings(&config) {
+                    eprintln!("warning: {warning}");
+                }
+                if connect {
+                    switchyard::check::connect(&config).await?;
+                    println!("\nconnected: the store and the limit backend answer");
+                }
                 Ok(ExitCode::SUCCESS)
             }
             Err(ConfigError::Invalid(errors)) => {
-                eprintln!("{} has {} error(s):", config.display(), errors.len());
+                eprintln!("{} has {} error(s):", path.display(), errors.len());
                 for error in errors {
                     eprintln!("  {error}");
                 }

@@ -12,6 +12,7 @@ mod error;
 mod listener;
 mod messages;
 mod scorecard;
+mod startup;
 mod stream;
 mod watch;
 
@@ -92,6 +93,8 @@ pub enum StartError {
     Redis(#[from] ::redis::RedisError),
     #[error("provider keys: {0}")]
     Keys(#[from] KeyError),
+    #[error("[admin] token_file {0}")]
+    AdminTokenFile(String),
 }
 
 /// What a gateway takes besides its config: things that come from the environment.
@@ -104,6 +107,18 @@ pub struct StartOptions {
 }
 
 impl StartOptions {
+    /// The environment's options, with the admin token from `[admin] token_file` when the
+    /// environment gives none. A token file others can read is refused, as ssh refuses keys.
+    pub fn for_config(config: &Config) -> Result<StartOptions, StartError> {
+        let mut options = StartOptions::from_env();
+        if options.admin_token.is_none()
+            && let Some(path) = &config.admin.token_file
+        {
+            options.admin_token = Some(read_token_file(path)?);
+        }
+        Ok(options)
+    }
+
     /// Reads the options from the process environment, as `switchyard serve` does.
     pub fn from_env() -> StartOptions {
         StartOptions {
@@ -117,6 +132,28 @@ impl StartOptions {
                 .map(Secret::new),
         }
     }
+}
+
+fn read_token_file(path: &std::path::Path) -> Result<Secret, StartError> {
+    let shown = path.display();
+    let fail = |why: String| StartError::AdminTokenFile(format!("{shown}: {why}"));
+    let metadata = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(fail(format!(
+                "is mode {mode:04o}; make it readable by its owner only (chmod 600)"
+            )));
+        }
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(fail("is empty".into()));
+    }
+    Ok(Secret::new(token.to_owned()))
 }
 
 impl AppState {
@@ -258,6 +295,8 @@ pub async fn run(
 ) -> Result<(), StartError> {
     let admin = bind_admin(&config).await?;
     let (state, writer) = AppState::new(config, options).await?;
+    let admin_addr = admin.as_ref().map(|a| a.local_addr()).transpose()?;
+    startup::announce(&state, listener.local_addr()?, admin_addr);
     serve_state(listener, admin, state, writer, shutdown).await
 }
 

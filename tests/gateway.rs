@@ -16,7 +16,9 @@ mod gateway {
     mod limits;
     mod lossless;
     mod messages;
+    mod operator;
     mod passthrough;
+    mod readme;
     mod secrets;
     mod streaming;
     pub mod telemetry;

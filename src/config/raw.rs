@@ -35,6 +35,14 @@ pub struct RawConfig {
     pub alerts: RawAlerts,
     #[serde(default)]
     pub prices: Vec<RawPrice>,
+    #[serde(default)]
+    pub admin: RawAdmin,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub token_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

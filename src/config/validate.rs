@@ -1,6 +1,7 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
 mod access;
+mod location;
 mod steps;
 mod telemetry;
 
@@ -13,31 +14,46 @@ use super::raw::*;
 use super::*;
 use crate::router::retry::{Backoff, BackoffError};
 
-/// Parses TOML, naming the path of the field at fault (`routes[2].steps[0].provider`).
+/// Parses TOML, naming the path of the field at fault (`routes[2].steps[0].provider`), and
+/// for a syntax or type error also the line and column, with the line and a caret under it.
 pub fn parse_raw(text: &str) -> Result<RawConfig, FieldError> {
     let deserializer = toml::de::Deserializer::parse(text).map_err(|e| FieldError {
         field: "(file)".into(),
-        message: e.message().to_string(),
+        message: location::located(text, &e),
     })?;
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
         FieldError {
             field: if path == "." { "(file)".into() } else { path },
-            message: e.into_inner().message().to_string(),
+            message: location::located(text, &e.into_inner()),
         }
     })
 }
 
 /// Collects errors so one pass reports them all.
 #[derive(Default)]
-struct Errors(Vec<FieldError>);
+struct Errors {
+    found: Vec<FieldError>,
+    /// Providers that are declared but invalid: a step naming one is not a second error.
+    invalid_providers: HashSet<String>,
+}
 
 impl Errors {
     fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(FieldError {
+        self.found.push(FieldError {
             field: field.into(),
             message: message.into(),
         });
+    }
+
+    /// Reports a reference to a provider that is not defined; one that is defined but
+    /// invalid has its own error already, so the reference is not reported again.
+    fn unknown_provider(&mut self, field: String, name: &str, providers: &[Provider]) {
+        if !providers.iter().any(|p| p.id.as_str() == name)
+            && !self.invalid_providers.contains(name)
+        {
+            self.add(field, format!("no provider is named `{name}`"));
+        }
     }
 
     fn duration(&mut self, field: &str, value: Option<&str>, default: Duration) -> Duration {
@@ -105,6 +121,20 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
         direct_models: access::direct_models(&mut errors, raw.auth.direct_models),
     };
+    let store_url = raw
+        .store
+        .url
+        .unwrap_or_else(|| "sqlite://switchyard.db".into());
+    let sqlite_file = store_url.strip_prefix("sqlite://");
+    if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
+        errors.add(
+            "store.url",
+            format!("`{store_url}` is not a store: use sqlite://PATH or sqlite::memory:"),
+        );
+    }
+    if raw.admin.token_file.as_deref() == Some("") {
+        errors.add("admin.token_file", "must not be empty");
+    }
     let roles = raw
         .roles
         .into_iter()
@@ -128,18 +158,13 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
             max_concurrent: r.max_concurrent,
         })
         .collect();
-    if !errors.0.is_empty() {
-        return Err(errors.0);
+    if !errors.found.is_empty() {
+        return Err(errors.found);
     }
     Ok(Config {
         server,
         auth,
-        store: StoreConfig {
-            url: raw
-                .store
-                .url
-                .unwrap_or_else(|| "sqlite://switchyard.db".into()),
-        },
+        store: StoreConfig { url: store_url },
         limits,
         roles,
         providers,
@@ -153,6 +178,9 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         log,
         alerts,
         prices,
+        admin: AdminConfig {
+            token_file: raw.admin.token_file.map(std::path::PathBuf::from),
+        },
     })
 }
 
@@ -195,11 +223,19 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
             FailMode::Closed
         }
     };
+    let redis_url = raw
+        .redis_url
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    match reqwest::Url::parse(&redis_url) {
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        _ => errors.add(
+            "limits.redis_url",
+            format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
+        ),
+    }
     LimitsConfig {
         backend,
-        redis_url: raw
-            .redis_url
-            .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
+        redis_url,
         on_backend_error,
         key_prefix: raw.key_prefix.unwrap_or_else(|| "switchyard".into()),
     }
@@ -225,6 +261,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                     format!("providers[{i}].kind"),
                     format!("`{other}` is not one of `openai`, `anthropic`, `gemini`, `azure`"),
                 );
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
         };
@@ -277,6 +314,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                     format!("providers[{i}].base_url"),
                     "is required for azure: https://{resource}.openai.azure.com",
                 );
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
         };
@@ -284,6 +322,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             Ok(url) if matches!(url.scheme(), "http" | "https") => {}
             Ok(_) => {
                 errors.add(format!("providers[{i}].base_url"), "must be http or https");
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
             Err(e) => {
@@ -291,6 +330,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                     format!("providers[{i}].base_url"),
                     format!("`{base_url}` is not a URL: {e}"),
                 );
+                errors.invalid_providers.insert(p.name);
                 continue;
             }
         }

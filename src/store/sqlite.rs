@@ -80,7 +80,14 @@ impl SqliteStore {
     pub async fn open(path: &str) -> Result<SqliteStore, StoreError> {
         let path = path.to_owned();
         let connection = blocking(move || {
+            let is_new = !std::path::Path::new(&path).exists();
             let connection = Connection::open(&path)?;
+            if is_new {
+                // Loud, because a store created by mistake (a wrong path) looks like every
+                // key was lost: the operator must be able to see which file this is.
+                let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone().into());
+                tracing::warn!(path = %shown.display(), "created a new, empty store");
+            }
             // WAL lets the CLI write while a gateway reads; the busy timeout rides out the
             // moments they collide instead of failing.
             connection.pragma_update(None, "journal_mode", "WAL")?;

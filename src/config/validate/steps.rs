@@ -72,12 +72,7 @@ pub(super) fn step(errors: &mut Errors, path: &str, raw: RawStep, providers: &[P
     };
     let mut deployments: Vec<Deployment> = Vec::with_capacity(raw_deployments.len());
     for (field, d) in raw_deployments {
-        if !providers.iter().any(|p| p.id.as_str() == d.provider) {
-            errors.add(
-                format!("{field}.provider"),
-                format!("no provider is named `{}`", d.provider),
-            );
-        }
+        errors.unknown_provider(format!("{field}.provider"), &d.provider, providers);
         if d.model.is_empty() {
             errors.add(format!("{field}.model"), "must not be empty");
         }

@@ -45,15 +45,7 @@ pub fn prices(errors: &mut Errors, raw: Vec<RawPrice>, providers: &[Provider]) -
     let mut seen = HashSet::new();
     let mut prices = Vec::with_capacity(raw.len());
     for (i, p) in raw.into_iter().enumerate() {
-        if !providers
-            .iter()
-            .any(|known| known.id.as_str() == p.provider)
-        {
-            errors.add(
-                format!("prices[{i}].provider"),
-                format!("no provider is named `{}`", p.provider),
-            );
-        }
+        errors.unknown_provider(format!("prices[{i}].provider"), &p.provider, providers);
         if p.model.is_empty() {
             errors.add(format!("prices[{i}].model"), "must not be empty");
         }
