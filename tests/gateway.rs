@@ -16,6 +16,7 @@ mod gateway {
     mod lossless;
     mod messages;
     mod passthrough;
+    mod redis_faults;
     mod streaming;
     pub mod telemetry;
 }
