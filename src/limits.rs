@@ -12,6 +12,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::task::AbortHandle;
+
 use crate::auth::Caller;
 use crate::config::{Config, FailMode, LimitBackend, Role, Window};
 use crate::telemetry::metrics::Metrics;
@@ -126,9 +128,9 @@ enum Lease {
         limiter: RedisLimiter,
         user: Arc<str>,
         quota: Quota,
-        id: String,
-        /// Held for its drop, which releases the slot, when the quota limits concurrency.
-        _slot: Option<self::redis::Slot>,
+        id: Arc<str>,
+        /// Renews the request's concurrency slot, when the quota limits concurrency.
+        renewal: Option<AbortHandle>,
     },
 }
 
@@ -183,15 +185,32 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        // A Redis slot releases itself when the lease drops it.
-        if let Lease::Memory {
-            limiter,
-            user,
-            quota,
-        } = &self.lease
-            && quota.max_concurrent.is_some()
-        {
-            limiter.release(user);
+        match &self.lease {
+            Lease::None => {}
+            Lease::Memory {
+                limiter,
+                user,
+                quota,
+            } => {
+                if quota.max_concurrent.is_some() {
+                    limiter.release(user);
+                }
+            }
+            Lease::Redis {
+                limiter,
+                user,
+                id,
+                renewal: Some(renewal),
+                ..
+            } => {
+                renewal.abort();
+                // Without a runtime (process exit) the lease simply expires in Redis.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let (limiter, user, id) = (limiter.clone(), user.clone(), id.clone());
+                    runtime.spawn(async move { limiter.release(&user, &id).await });
+                }
+            }
+            Lease::Redis { renewal: None, .. } => {}
         }
     }
 }

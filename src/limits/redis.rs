@@ -72,25 +72,6 @@ impl RedisFailure {
     }
 }
 
-/// A concurrency slot held in Redis: renewed while it lives, released by id when dropped.
-pub(super) struct Slot {
-    limiter: RedisLimiter,
-    user: Arc<str>,
-    id: Arc<str>,
-    renewal: AbortHandle,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.renewal.abort();
-        // Without a runtime (process exit) the lease simply expires in Redis.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (limiter, user, id) = (self.limiter.clone(), self.user.clone(), self.id.clone());
-            runtime.spawn(async move { limiter.release(&user, &id).await });
-        }
-    }
-}
-
 impl RedisLimiter {
     /// Connects lazily: the first request makes the connection, and lost ones are remade.
     pub fn new(url: &str, prefix: &str, lease: Duration) -> Result<RedisLimiter, RedisError> {
@@ -188,15 +169,18 @@ impl RedisLimiter {
             }),
         };
         if admitted == 1 {
-            let slot = quota.max_concurrent.map(|_| self.hold(user, id));
+            let id: Arc<str> = Arc::from(id);
+            let renewal = quota
+                .max_concurrent
+                .map(|_| self.renew_while_held(user, &id));
             return Ok(Decision::Admit(Permit {
                 headers,
                 lease: Lease::Redis {
                     limiter: self.clone(),
                     user: user.clone(),
                     quota,
-                    id: id.to_owned(),
-                    _slot: slot,
+                    id,
+                    renewal,
                 },
             }));
         }
@@ -212,12 +196,12 @@ impl RedisLimiter {
         }))
     }
 
-    /// Keeps an admitted request's slot: renewed every third of its lease until the slot is
-    /// dropped, so a stream of any length keeps it, and a crashed instance loses it soon.
-    fn hold(&self, user: &Arc<str>, id: &str) -> Slot {
-        let (limiter, owner, request) = (self.clone(), user.clone(), Arc::<str>::from(id));
+    /// Renews an admitted request's slot every third of its lease until the permit aborts
+    /// the task, so a stream of any length keeps its slot and a crashed instance soon loses it.
+    fn renew_while_held(&self, user: &Arc<str>, id: &Arc<str>) -> AbortHandle {
+        let (limiter, owner, request) = (self.clone(), user.clone(), id.clone());
         let every = self.lease / 3;
-        let renewal = tokio::spawn(async move {
+        tokio::spawn(async move {
             let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
@@ -235,13 +219,7 @@ impl RedisLimiter {
                 }
             }
         })
-        .abort_handle();
-        Slot {
-            limiter: self.clone(),
-            user: user.clone(),
-            id: Arc::from(id),
-            renewal,
-        }
+        .abort_handle()
     }
 
     /// Extends a slot's lease; `false` when the slot is no longer held.

@@ -81,12 +81,6 @@ impl Proxy {
         *self.shared.cuts.borrow()
     }
 
-    /// Resolves once there have been `n` cuts.
-    pub async fn wait_cuts(&self, n: u64) {
-        let mut cuts = self.shared.cuts.subscribe();
-        let _ = cuts.wait_for(|c| *c >= n).await;
-    }
-
     /// Forwards the next request containing `request`, swallows what the server sends back on
     /// that connection until a chunk containing `reply`, then cuts every connection: the
     /// command ran, and its client never hears how.
