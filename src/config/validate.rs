@@ -1,5 +1,6 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
+mod lease;
 mod steps;
 mod telemetry;
 
@@ -199,19 +200,8 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
             .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
         on_backend_error,
         key_prefix: raw.key_prefix.unwrap_or_else(|| "switchyard".into()),
-        lease: lease(errors, raw.lease.as_deref()),
+        lease: lease::validate(errors, raw.lease.as_deref()),
     }
-}
-
-/// A held slot is renewed every third of its lease, so a lease under a second would keep
-/// Redis busy with renewals and expire on any hiccup.
-fn lease(errors: &mut Errors, value: Option<&str>) -> Duration {
-    let lease = errors.duration("limits.lease", value, DEFAULT_LEASE);
-    if lease < Duration::from_secs(1) {
-        errors.add("limits.lease", "must be at least 1s");
-        return DEFAULT_LEASE;
-    }
-    lease
 }
 
 /// `max_tokens` for Anthropic requests that leave it out, unless the provider says otherwise.
