@@ -330,7 +330,7 @@ impl Limits {
                         self.health.set(Some(error.class()));
                         self.metrics.limit_backend_errors.inc();
                         tracing::warn!(error = error.class(), "rate-limit backend unavailable");
-                        if quota.max_concurrent.is_some() {
+                        if quota.max_concurrent.is_some() && error.may_have_run() {
                             // The script may have run and only its reply been lost.
                             let (shared, user, id) =
                                 (shared.clone(), caller.user.clone(), request_id.to_owned());

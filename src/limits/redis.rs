@@ -62,6 +62,11 @@ impl RedisFailure {
         }
     }
 
+    /// Whether Redis may have run the command: anything but a refused connection.
+    pub fn may_have_run(&self) -> bool {
+        !matches!(self, RedisFailure::Redis(e) if e.is_connection_refusal())
+    }
+
     /// Whether the command met a connection that had broken, which the connection manager
     /// is now replacing: worth one more try. A refused connection means Redis is down.
     fn found_broken_connection(&self) -> bool {
