@@ -324,3 +324,40 @@ async fn failing_open_still_holds_each_instance_to_the_limit() {
         "{statuses:?}"
     );
 }
+
+#[tokio::test]
+async fn the_health_check_ends_with_the_gateway() {
+    let Some(server) = RedisServer::start("the_health_check_ends_with_the_gateway") else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let gateway = gateway(&config(&fake, &url, "closed", "max_concurrent = 1", "")).await;
+    readyz_until(&gateway, 200).await;
+    let client = ::redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut clients = async || {
+        let list: String = ::redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        list.lines().count()
+    };
+    assert_eq!(clients().await, 2, "the gateway's connection and ours");
+
+    // Nothing may keep the stopped gateway's state, and with it its connection, alive: the
+    // shutdown itself waits for the last holder to let go.
+    tokio::time::timeout(PATIENCE, gateway.shutdown())
+        .await
+        .expect("the gateway stops")
+        .unwrap();
+    let gone = async {
+        while clients().await > 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, gone)
+        .await
+        .expect("the gateway's Redis connection closes");
+}
