@@ -43,8 +43,12 @@ fn memory(window: Window) -> Duration {
 }
 
 async fn redis(url: &str, concurrency: u32) -> Option<Duration> {
-    let limiter =
-        RedisLimiter::new(url, &format!("switchyard-bench-{}", uuid::Uuid::now_v7())).ok()?;
+    let limiter = RedisLimiter::new(
+        url,
+        &format!("switchyard-bench-{}", uuid::Uuid::now_v7()),
+        switchyard::config::DEFAULT_LEASE,
+    )
+    .ok()?;
     let user: Arc<str> = Arc::from("bench");
     // One check first, to connect and load the script.
     limiter

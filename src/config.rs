@@ -151,6 +151,9 @@ pub enum FailMode {
     Closed,
 }
 
+/// `[limits] lease` unless the file says otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
 #[derive(Clone, Debug)]
 pub struct LimitsConfig {
     pub backend: LimitBackend,
@@ -158,6 +161,8 @@ pub struct LimitsConfig {
     pub on_backend_error: FailMode,
     /// Prefixes every Redis key, so several deployments (or tests) can share one Redis.
     pub key_prefix: String,
+    /// How long a Redis concurrency slot outlives an instance that stopped renewing it.
+    pub lease: Duration,
 }
 
 /// How a per-minute limit counts.

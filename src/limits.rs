@@ -8,9 +8,11 @@ mod memory;
 mod redis;
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::task::AbortHandle;
 
 use crate::auth::Caller;
 use crate::config::{Config, FailMode, LimitBackend, Role, Window};
@@ -126,7 +128,9 @@ enum Lease {
         limiter: RedisLimiter,
         user: Arc<str>,
         quota: Quota,
-        id: String,
+        id: Arc<str>,
+        /// Renews the request's concurrency slot, when the quota limits concurrency.
+        renewal: Option<AbortHandle>,
     },
 }
 
@@ -167,6 +171,7 @@ impl Permit {
                 user,
                 quota,
                 id,
+                ..
             } => {
                 if quota.tokens_per_minute.is_some() {
                     let (limiter, user, id, window) =
@@ -194,17 +199,18 @@ impl Drop for Permit {
             Lease::Redis {
                 limiter,
                 user,
-                quota,
                 id,
+                renewal: Some(renewal),
+                ..
             } => {
-                if quota.max_concurrent.is_some()
-                    && let Ok(runtime) = tokio::runtime::Handle::try_current()
-                {
-                    // Without a runtime (process exit) the lease simply expires in Redis.
+                renewal.abort();
+                // Without a runtime (process exit) the lease simply expires in Redis.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     let (limiter, user, id) = (limiter.clone(), user.clone(), id.clone());
                     runtime.spawn(async move { limiter.release(&user, &id).await });
                 }
             }
+            Lease::Redis { renewal: None, .. } => {}
         }
     }
 }
@@ -222,7 +228,30 @@ pub struct BackendUnavailable;
 
 enum Backend {
     Memory(MemoryLimiter),
-    Redis(RedisLimiter),
+    Redis {
+        shared: RedisLimiter,
+        /// Counts what this instance admits while Redis is unreachable and limits fail
+        /// open, so an outage costs exactness across instances, not every limit.
+        local: MemoryLimiter,
+    },
+}
+
+/// What the last look at the backend found, by a health check or an admission.
+#[derive(Default)]
+struct BackendHealth {
+    /// Why it is unhealthy; `None` while it answers.
+    problem: Mutex<Option<&'static str>>,
+}
+
+impl BackendHealth {
+    fn set(&self, problem: Option<&'static str>) {
+        // A poisoned lock only means a panic while storing a plain value; keep using it.
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
+    }
+
+    fn problem(&self) -> Option<&'static str> {
+        *self.problem.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Every caller's limits, and the backend that counts them.
@@ -230,7 +259,7 @@ pub struct Limits {
     roles: HashMap<String, Role>,
     backend: Backend,
     fail_mode: FailMode,
-    healthy: AtomicBool,
+    health: Arc<BackendHealth>,
     metrics: Arc<Metrics>,
 }
 
@@ -239,10 +268,14 @@ impl Limits {
     pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Limits, ::redis::RedisError> {
         let backend = match config.limits.backend {
             LimitBackend::Memory => Backend::Memory(MemoryLimiter::default()),
-            LimitBackend::Redis => Backend::Redis(RedisLimiter::new(
-                &config.limits.redis_url,
-                &config.limits.key_prefix,
-            )?),
+            LimitBackend::Redis => Backend::Redis {
+                shared: RedisLimiter::new(
+                    &config.limits.redis_url,
+                    &config.limits.key_prefix,
+                    config.limits.lease,
+                )?,
+                local: MemoryLimiter::default(),
+            },
         };
         Ok(Limits {
             roles: config
@@ -252,7 +285,7 @@ impl Limits {
                 .collect(),
             backend,
             fail_mode: config.limits.on_backend_error,
-            healthy: AtomicBool::new(true),
+            health: Arc::default(),
             metrics,
         })
     }
@@ -286,32 +319,60 @@ impl Limits {
             return Ok(Decision::Admit(Permit::unlimited()));
         }
         let decision = match &self.backend {
-            Backend::Memory(limiter) => Ok(limiter.admit(&caller.user, quota)),
-            Backend::Redis(limiter) => limiter.admit(&caller.user, quota, request_id).await,
-        };
-        match decision {
-            Ok(decision) => {
-                self.healthy.store(true, Ordering::Relaxed);
-                if matches!(decision, Decision::Refuse(_)) {
-                    self.metrics.ratelimited.inc();
+            Backend::Memory(limiter) => limiter.admit(&caller.user, quota),
+            Backend::Redis { shared, local } => {
+                match shared.admit(&caller.user, quota, request_id).await {
+                    Ok(decision) => {
+                        self.health.set(None);
+                        decision
+                    }
+                    Err(error) => {
+                        self.health.set(Some(error.class()));
+                        self.metrics.limit_backend_errors.inc();
+                        tracing::warn!(error = error.class(), "rate-limit backend unavailable");
+                        if quota.max_concurrent.is_some() && error.may_have_run() {
+                            // The script may have run and only its reply been lost.
+                            let (shared, user, id) =
+                                (shared.clone(), caller.user.clone(), request_id.to_owned());
+                            tokio::spawn(async move { shared.release(&user, &id).await });
+                        }
+                        match self.fail_mode {
+                            FailMode::Open => local.admit(&caller.user, quota),
+                            FailMode::Closed => return Err(BackendUnavailable),
+                        }
+                    }
                 }
-                Ok(decision)
             }
-            Err(error) => {
-                self.healthy.store(false, Ordering::Relaxed);
-                self.metrics.limit_backend_errors.inc();
-                tracing::warn!(error = %error, "rate-limit backend unavailable");
-                match self.fail_mode {
-                    FailMode::Open => Ok(Decision::Admit(Permit::unlimited())),
-                    FailMode::Closed => Err(BackendUnavailable),
-                }
+        };
+        if matches!(decision, Decision::Refuse(_)) {
+            self.metrics.ratelimited.inc();
+        }
+        Ok(decision)
+    }
+
+    /// Asks the backend whether it answers, and keeps what it says for [`Limits::healthy`].
+    /// The future holds no borrow, so a health check can run it without the gateway's state.
+    pub fn probe(&self) -> impl Future<Output = ()> + Send + 'static {
+        let shared = match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { shared, .. } => Some(shared.clone()),
+        };
+        let health = self.health.clone();
+        async move {
+            if let Some(shared) = shared {
+                health.set(shared.ping().await.err().map(|e| e.class()));
             }
         }
     }
 
     /// Whether the backend answered the last time it was asked.
     pub fn healthy(&self) -> bool {
-        self.healthy.load(Ordering::Relaxed)
+        self.health.problem().is_none()
+    }
+
+    /// Why the backend is unhealthy, in words safe to show anyone.
+    pub fn problem(&self) -> Option<&'static str> {
+        self.health.problem()
     }
 
     /// What happens to requests while the backend is down.
@@ -323,7 +384,7 @@ impl Limits {
     pub fn backend_name(&self) -> &'static str {
         match self.backend {
             Backend::Memory(_) => "memory",
-            Backend::Redis(_) => "redis",
+            Backend::Redis { .. } => "redis",
         }
     }
 }

@@ -11,6 +11,7 @@ mod embeddings;
 mod error;
 mod listener;
 mod messages;
+mod readiness;
 mod scorecard;
 mod startup;
 mod stream;
@@ -70,6 +71,8 @@ pub struct Shared {
     pub open_connections: Arc<tokio::sync::watch::Sender<usize>>,
     /// Set once shutdown begins, so `/readyz` tells load balancers to stop sending.
     pub draining: AtomicBool,
+    /// What the background check last found of the store.
+    pub readiness: readiness::Readiness,
 }
 
 impl Deref for AppState {
@@ -206,10 +209,12 @@ impl AppState {
             admin_token: options.admin_token,
             open_connections: Arc::new(tokio::sync::watch::Sender::new(0)),
             draining: AtomicBool::new(false),
+            readiness: readiness::Readiness::default(),
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
         tokio::spawn(watch::watch_store(Arc::downgrade(&shared), generation));
+        tokio::spawn(readiness::check_backends(Arc::downgrade(&shared)));
         Ok((AppState(shared), writer))
     }
 }
@@ -524,9 +529,10 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let limits = &state.limits;
     let limits_healthy = limits.healthy();
     let failing_closed = !limits_healthy && limits.fail_mode() == FailMode::Closed;
+    let store_problem = state.readiness.store_problem();
     let status = if state.draining.load(Ordering::SeqCst) {
         "draining"
-    } else if !limits_healthy {
+    } else if !limits_healthy || store_problem.is_some() {
         "degraded"
     } else {
         "ready"
@@ -536,10 +542,17 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "limits": {
             "backend": limits.backend_name(),
             "healthy": limits_healthy,
+            "error": limits.problem(),
             "on_backend_error": match limits.fail_mode() {
                 FailMode::Open => "open",
                 FailMode::Closed => "closed",
             },
+        },
+        // Requests are still served from cached keys while the store is down, so this
+        // degrades readiness without taking the instance out of rotation.
+        "store": {
+            "healthy": store_problem.is_none(),
+            "error": store_problem,
         },
     }));
     // Fail-closed limits refuse every request, so a load balancer should look elsewhere.

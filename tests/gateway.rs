@@ -19,6 +19,7 @@ mod gateway {
     mod operator;
     mod passthrough;
     mod readme;
+    mod redis_faults;
     mod secrets;
     mod streaming;
     pub mod telemetry;

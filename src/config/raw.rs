@@ -114,6 +114,7 @@ pub struct RawLimits {
     pub redis_url: Option<String>,
     pub on_backend_error: Option<String>,
     pub key_prefix: Option<String>,
+    pub lease: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

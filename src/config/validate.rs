@@ -1,6 +1,7 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
 mod access;
+mod lease;
 mod location;
 mod steps;
 mod telemetry;
@@ -238,6 +239,7 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
         redis_url,
         on_backend_error,
         key_prefix: raw.key_prefix.unwrap_or_else(|| "switchyard".into()),
+        lease: lease::validate(errors, raw.lease.as_deref()),
     }
 }
 

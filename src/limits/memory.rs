@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
@@ -14,7 +14,7 @@ const MINUTE: Duration = Duration::from_secs(60);
 /// One user's counters.
 #[derive(Default)]
 struct UserWindow {
-    /// Fixed windows: which minute the counts belong to.
+    /// Fixed windows: which calendar minute (since the Unix epoch) the counts belong to.
     minute: u64,
     requests: u64,
     tokens: u64,
@@ -33,20 +33,32 @@ type UserMap = HashMap<Arc<str>, Arc<Mutex<UserWindow>>>;
 pub struct MemoryLimiter {
     // The outer lock is held only to find or add a user; each user's counts have their own.
     users: Arc<Mutex<UserMap>>,
-    /// Fixed windows count minutes from here.
+    /// Where this limiter's monotonic clock meets `epoch_wall_ms`.
     epoch: Instant,
+    /// The wall clock at `epoch`, in milliseconds since the Unix epoch.
+    epoch_wall_ms: u64,
 }
 
 impl Default for MemoryLimiter {
     fn default() -> MemoryLimiter {
-        MemoryLimiter {
-            users: Arc::default(),
-            epoch: Instant::now(),
-        }
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        MemoryLimiter::starting_at(wall)
     }
 }
 
 impl MemoryLimiter {
+    /// A limiter whose `Instant::now()` is `wall` after the Unix epoch, so tests on paused
+    /// time can place it anywhere in a calendar minute.
+    pub(crate) fn starting_at(wall: Duration) -> MemoryLimiter {
+        MemoryLimiter {
+            users: Arc::default(),
+            epoch: Instant::now(),
+            epoch_wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
     fn user(&self, user: &Arc<str>) -> Arc<Mutex<UserWindow>> {
         // Poison only means a panic elsewhere mid-update of plain counters; keep counting.
         let mut users = self.users.lock().unwrap_or_else(|e| e.into_inner());
@@ -116,14 +128,18 @@ impl MemoryLimiter {
     ) -> (u64, u64, Duration, Duration) {
         match mode {
             Window::Fixed => {
-                let since = now.duration_since(self.epoch);
-                let minute = since.as_secs() / 60;
+                // Calendar minutes, as Redis counts them, so both backends reset together.
+                let since =
+                    u64::try_from(now.duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX);
+                let wall_ms = self.epoch_wall_ms.saturating_add(since);
+                let minute_ms = MINUTE.as_millis() as u64;
+                let minute = wall_ms / minute_ms;
                 if minute != window.minute {
                     window.minute = minute;
                     window.requests = 0;
                     window.tokens = 0;
                 }
-                let reset = MINUTE * (minute as u32 + 1) - since;
+                let reset = Duration::from_millis((minute + 1) * minute_ms - wall_ms);
                 (window.requests, window.tokens, reset, reset)
             }
             Window::Sliding => {
@@ -221,6 +237,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_fixed_window_follows_the_calendar_minute_not_the_process_start() {
+        // Started 45 s into a calendar minute: that window ends 15 s later.
+        let limiter = MemoryLimiter::starting_at(Duration::from_secs(29_000_000 * 60 + 45));
+        let user: Arc<str> = Arc::from("ana");
+        let q = quota(Some(2), None, None, Window::Fixed);
+        let first = admitted(limiter.admit(&user, q)).unwrap();
+        assert_eq!(
+            first.headers.requests.unwrap().reset,
+            Duration::from_secs(15)
+        );
+        assert!(admitted(limiter.admit(&user, q)).is_some());
+        match limiter.admit(&user, q) {
+            Decision::Refuse(refusal) => assert_eq!(refusal.retry_after, Duration::from_secs(15)),
+            Decision::Admit(_) => panic!("over the limit"),
+        }
+        tokio::time::advance(Duration::from_millis(14_999)).await;
+        assert!(admitted(limiter.admit(&user, q)).is_none());
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            admitted(limiter.admit(&user, q)).is_some(),
+            "a new calendar minute began"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_sliding_window_frees_one_slot_per_expired_request() {
         let limiter = MemoryLimiter::default();
         let user: Arc<str> = Arc::from("ana");
@@ -275,7 +316,8 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             for _ in 0..50 {
-                let limiter = MemoryLimiter::default();
+                // At the start of a calendar minute, so no burst straddles two windows.
+                let limiter = MemoryLimiter::starting_at(Duration::ZERO);
                 let q = quota(Some(20), None, None, Window::Fixed);
                 let tasks: Vec<_> = (0..25)
                     .map(|_| {

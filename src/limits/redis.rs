@@ -2,94 +2,41 @@
 //!
 //! Every instance runs the same script against the same keys, and Redis runs scripts one at
 //! a time, so the check and the count are one atomic step across the whole cluster.
+//!
+//! A connection can break between a command and its reply. Commands found on a broken
+//! connection are sent once more on the new one, which is safe because each is idempotent
+//! by request id: an admission leaves a marker the script honours, a renewal and a release
+//! name the request's slot.
 
+mod scripts;
+
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script};
+use redis::{RedisError, RedisResult, Script};
+use tokio::task::AbortHandle;
+use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{Decision, Lease, LimitKind, Permit, Quota, RateHeaders, Refusal, WindowState};
 use crate::config::Window;
+use scripts::{ADMIT, CHARGE, RENEW};
 
-/// Checks every limit, then counts the request, or refuses without counting anything.
-const ADMIT: &str = r#"
-local rpm, tpm, maxc = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local sliding, id, lease = ARGV[4] == 'sliding', ARGV[5], tonumber(ARGV[6])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local minute = 60000
-local rkey, tkey, used, tused, reset, treset
-if sliding then
-  rkey, tkey = KEYS[1], KEYS[2]
-  redis.call('ZREMRANGEBYSCORE', rkey, '-inf', now - minute)
-  redis.call('ZREMRANGEBYSCORE', tkey, '-inf', now - minute)
-  used = redis.call('ZCARD', rkey)
-  reset, treset = minute, minute
-  local oldest = redis.call('ZRANGE', rkey, 0, 0, 'WITHSCORES')
-  if oldest[2] then reset = tonumber(oldest[2]) + minute - now end
-  tused = 0
-  local charges = redis.call('ZRANGE', tkey, 0, -1, 'WITHSCORES')
-  for i = 1, #charges, 2 do
-    tused = tused + tonumber(string.match(charges[i], ':(%d+)$'))
-    if i == 1 then treset = tonumber(charges[2]) + minute - now end
-  end
-else
-  local window = math.floor(now / minute)
-  rkey, tkey = KEYS[1] .. ':' .. window, KEYS[2] .. ':' .. window
-  used = tonumber(redis.call('GET', rkey) or '0')
-  tused = tonumber(redis.call('GET', tkey) or '0')
-  reset = (window + 1) * minute - now
-  treset = reset
-end
-if maxc > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
-  if redis.call('ZCARD', KEYS[3]) >= maxc then
-    return {0, 'concurrency', 1000, used, tused, reset, treset}
-  end
-end
-if rpm > 0 and used >= rpm then return {0, 'requests', reset, used, tused, reset, treset} end
-if tpm > 0 and tused >= tpm then return {0, 'tokens', treset, used, tused, reset, treset} end
-if sliding then
-  redis.call('ZADD', rkey, now, id)
-  redis.call('PEXPIRE', rkey, minute)
-else
-  redis.call('INCR', rkey)
-  redis.call('PEXPIRE', rkey, 2 * minute)
-end
-if maxc > 0 then
-  redis.call('ZADD', KEYS[3], now + lease, id)
-  redis.call('PEXPIRE', KEYS[3], lease)
-end
-return {1, 'ok', 0, used + 1, tused, reset, treset}
-"#;
-
-/// Adds an answer's tokens to the current window.
-const CHARGE: &str = r#"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ARGV[2] == 'sliding' then
-  redis.call('ZADD', KEYS[1], now, ARGV[3] .. ':' .. ARGV[1])
-  redis.call('PEXPIRE', KEYS[1], 60000)
-else
-  local key = KEYS[1] .. ':' .. math.floor(now / 60000)
-  redis.call('INCRBY', key, ARGV[1])
-  redis.call('PEXPIRE', key, 120000)
-end
-return 1
-"#;
-
-/// How long a concurrency slot outlives a crashed instance: longer than any stream.
-const LEASE: Duration = Duration::from_secs(600);
 /// A Redis that takes longer than this is treated as down, so requests never hang on it.
 const TIMEOUT: Duration = Duration::from_millis(500);
+/// How long an admission's marker lives: far longer than its one retry can take.
+const MARKER_TTL: Duration = Duration::from_secs(10);
 
 /// Counters in Redis, shared by every instance that names the same Redis and prefix.
 #[derive(Clone)]
 pub struct RedisLimiter {
     connection: ConnectionManager,
     prefix: Arc<str>,
+    /// How long a slot is held without a renewal.
+    lease: Duration,
     admit: Arc<Script>,
+    renew: Arc<Script>,
     charge: Arc<Script>,
 }
 
@@ -102,9 +49,37 @@ pub enum RedisFailure {
     Timeout,
 }
 
+impl RedisFailure {
+    /// What went wrong, in words that can never carry the URL or its password.
+    pub fn class(&self) -> &'static str {
+        match self {
+            RedisFailure::Timeout => "no answer in time",
+            RedisFailure::Redis(e) if e.is_timeout() => "no answer in time",
+            RedisFailure::Redis(e) if e.is_connection_refusal() => "connection refused",
+            RedisFailure::Redis(e) if e.is_connection_dropped() => "connection lost",
+            RedisFailure::Redis(e) if e.is_io_error() => "connection failed",
+            RedisFailure::Redis(_) => "redis answered with an error",
+        }
+    }
+
+    /// Whether Redis may have run the command: anything but a refused connection.
+    pub fn may_have_run(&self) -> bool {
+        !matches!(self, RedisFailure::Redis(e) if e.is_connection_refusal())
+    }
+
+    /// Whether the command met a connection that had broken, which the connection manager
+    /// is now replacing: worth one more try. A refused connection means Redis is down.
+    fn found_broken_connection(&self) -> bool {
+        match self {
+            RedisFailure::Redis(e) => e.is_unrecoverable_error() && !e.is_connection_refusal(),
+            RedisFailure::Timeout => false,
+        }
+    }
+}
+
 impl RedisLimiter {
     /// Connects lazily: the first request makes the connection, and lost ones are remade.
-    pub fn new(url: &str, prefix: &str) -> Result<RedisLimiter, RedisError> {
+    pub fn new(url: &str, prefix: &str, lease: Duration) -> Result<RedisLimiter, RedisError> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(250)))
@@ -114,7 +89,9 @@ impl RedisLimiter {
         Ok(RedisLimiter {
             connection: ConnectionManager::new_lazy_with_config(client, config)?,
             prefix: Arc::from(prefix),
+            lease,
             admit: Arc::new(Script::new(ADMIT)),
+            renew: Arc::new(Script::new(RENEW)),
             charge: Arc::new(Script::new(CHARGE)),
         })
     }
@@ -124,29 +101,64 @@ impl RedisLimiter {
         format!("{}:{{{user}}}:{what}", self.prefix)
     }
 
-    /// Admits or refuses, in one script run.
+    /// Runs one command with a deadline, and once more if it found the connection broken.
+    /// Only for commands that are safe to repeat.
+    async fn run<T, F, Fut>(&self, command: F) -> Result<T, RedisFailure>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let once = || async {
+            match tokio::time::timeout(TIMEOUT, command(self.connection.clone())).await {
+                Ok(result) => result.map_err(RedisFailure::from),
+                Err(_) => Err(RedisFailure::Timeout),
+            }
+        };
+        match once().await {
+            Err(failure) if failure.found_broken_connection() => once().await,
+            result => result,
+        }
+    }
+
+    /// Whether Redis answers a PING, through the connection admissions use, so a broken
+    /// connection is replaced before a request meets it.
+    pub async fn ping(&self) -> Result<(), RedisFailure> {
+        let ping = redis::cmd("PING");
+        self.run(|mut c| {
+            let ping = &ping;
+            async move { ping.query_async::<String>(&mut c).await }
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Admits or refuses, in one script run. Run again for the same `id`, it returns the
+    /// verdict already given instead of counting the request twice.
     pub async fn admit(
         &self,
         user: &Arc<str>,
         quota: Quota,
         id: &str,
     ) -> Result<Decision, RedisFailure> {
-        let mut connection = self.connection.clone();
         let mut invocation = self.admit.prepare_invoke();
         invocation
             .key(self.key(user, "requests"))
             .key(self.key(user, "tokens"))
             .key(self.key(user, "inflight"))
+            .key(self.key(user, &format!("admitted:{id}")))
             .arg(quota.requests_per_minute.unwrap_or(0))
             .arg(quota.tokens_per_minute.unwrap_or(0))
             .arg(quota.max_concurrent.unwrap_or(0))
             .arg(window_name(quota.window))
             .arg(id)
-            .arg(LEASE.as_millis() as u64);
-        let answer: (i64, String, i64, i64, i64, i64, i64) =
-            tokio::time::timeout(TIMEOUT, invocation.invoke_async(&mut connection))
-                .await
-                .map_err(|_| RedisFailure::Timeout)??;
+            .arg(millis_of(self.lease))
+            .arg(millis_of(MARKER_TTL));
+        let answer: (i64, String, i64, i64, i64, i64, i64) = self
+            .run(|mut c| {
+                let invocation = &invocation;
+                async move { invocation.invoke_async(&mut c).await }
+            })
+            .await?;
         let (admitted, limit, retry_after_ms, used, tokens, reset_ms, token_reset_ms) = answer;
         let millis = |ms: i64| Duration::from_millis(ms.max(0) as u64);
         let headers = RateHeaders {
@@ -162,13 +174,18 @@ impl RedisLimiter {
             }),
         };
         if admitted == 1 {
+            let id: Arc<str> = Arc::from(id);
+            let renewal = quota
+                .max_concurrent
+                .map(|_| self.renew_while_held(user, &id));
             return Ok(Decision::Admit(Permit {
                 headers,
                 lease: Lease::Redis {
                     limiter: self.clone(),
                     user: user.clone(),
                     quota,
-                    id: id.to_owned(),
+                    id,
+                    renewal,
                 },
             }));
         }
@@ -184,7 +201,50 @@ impl RedisLimiter {
         }))
     }
 
-    /// Charges tokens; a failure is logged, since the answer was already served.
+    /// Renews an admitted request's slot every third of its lease until the permit aborts
+    /// the task, so a stream of any length keeps its slot and a crashed instance soon loses it.
+    fn renew_while_held(&self, user: &Arc<str>, id: &Arc<str>) -> AbortHandle {
+        let (limiter, owner, request) = (self.clone(), user.clone(), id.clone());
+        let every = self.lease / 3;
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                match limiter.renew(&owner, &request).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        // Expired while Redis was out of reach; its place may be taken.
+                        tracing::warn!(user = %owner, "a concurrency slot expired before its request ended");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(user = %owner, error = e.class(), "could not renew a concurrency slot");
+                    }
+                }
+            }
+        })
+        .abort_handle()
+    }
+
+    /// Extends a slot's lease; `false` when the slot is no longer held.
+    async fn renew(&self, user: &str, id: &str) -> Result<bool, RedisFailure> {
+        let mut invocation = self.renew.prepare_invoke();
+        invocation
+            .key(self.key(user, "inflight"))
+            .arg(id)
+            .arg(millis_of(self.lease));
+        let held: i64 = self
+            .run(|mut c| {
+                let invocation = &invocation;
+                async move { invocation.invoke_async(&mut c).await }
+            })
+            .await?;
+        Ok(held == 1)
+    }
+
+    /// Charges tokens; a failure is logged, since the answer was already served. Not retried:
+    /// a fixed window's charge is an increment, and its reply may be what was lost.
     pub async fn charge(&self, user: &str, id: &str, tokens: u64, window: Window) {
         let mut connection = self.connection.clone();
         let mut invocation = self.charge.prepare_invoke();
@@ -200,19 +260,31 @@ impl RedisLimiter {
         }
     }
 
-    /// Frees a concurrency slot; if this fails, the slot's lease expires it.
+    /// Frees request `id`'s concurrency slot, if it holds one; if this fails, the slot's
+    /// lease expires it.
     pub async fn release(&self, user: &str, id: &str) {
-        let mut connection = self.connection.clone();
         let command = redis::cmd("ZREM")
             .arg(self.key(user, "inflight"))
             .arg(id)
             .clone();
-        let result =
-            tokio::time::timeout(TIMEOUT, command.query_async::<i64>(&mut connection)).await;
-        if !matches!(result, Ok(Ok(_))) {
-            tracing::warn!(user, "could not release a concurrency slot in redis");
+        let result = self
+            .run(|mut c| {
+                let command = &command;
+                async move { command.query_async::<i64>(&mut c).await }
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(
+                user,
+                error = e.class(),
+                "could not release a concurrency slot in redis"
+            );
         }
     }
+}
+
+fn millis_of(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn window_name(window: Window) -> &'static str {

@@ -1,0 +1,363 @@
+//! The limiter against a Redis that goes away: readiness that comes back by itself, and
+//! admissions that stay exact when a connection is cut or a reply is lost on the way back.
+//! Each test runs its own `redis-server`, reached through a proxy the test controls.
+
+mod proxy;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::server::Gateway;
+
+use super::services::RedisServer;
+use super::support::*;
+use proxy::Proxy;
+
+/// How long a test waits for something that should happen within a second or two.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A gateway whose anonymous callers have role `ae`, limited by `role`, counted in Redis.
+fn config(fake: &FakeHandle, url: &str, fail: &str, role: &str, extra: &str) -> String {
+    format!(
+        "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
+         [limits]\nbackend = \"redis\"\nredis_url = \"{url}\"\non_backend_error = \"{fail}\"\n\
+         key_prefix = \"switchyard-test-{}\"\n{extra}\
+         [[roles]]\nname = \"ae\"\n{role}\n{}{}",
+        uuid::Uuid::now_v7(),
+        provider("up", fake),
+        route("smart", &[("up", "m")], "")
+    )
+}
+
+fn redis_addr(server: &RedisServer) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], server.port))
+}
+
+async fn status(gateway: &Gateway) -> u16 {
+    post(gateway, &chat("smart")).await.status().as_u16()
+}
+
+async fn readyz(gateway: &Gateway) -> (u16, Value) {
+    let response = client()
+        .get(format!("{}/readyz", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+/// Polls `/readyz` until it answers `code`, for at most [`PATIENCE`].
+async fn readyz_until(gateway: &Gateway, code: u16) -> Value {
+    let poll = async {
+        loop {
+            let (status, body) = readyz(gateway).await;
+            if status == code {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, poll)
+        .await
+        .unwrap_or_else(|_| panic!("/readyz never answered {code}"))
+}
+
+/// Polls with a request until one is admitted, for at most [`PATIENCE`]; its response.
+async fn admitted_within_patience(gateway: &Gateway) -> reqwest::Response {
+    let poll = async {
+        loop {
+            let response = post(gateway, &chat("smart")).await;
+            if response.status() == 200 {
+                return response;
+            }
+            assert_eq!(response.status(), 429, "only the slot should be in the way");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, poll)
+        .await
+        .expect("the slot is free again well before its lease runs out")
+}
+
+/// Redis's own clock, in minutes: a fixed window's boundary is where this changes.
+async fn redis_minute(server: &RedisServer) -> u64 {
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    seconds / 60
+}
+
+#[tokio::test]
+async fn readiness_comes_back_with_redis_without_any_request() {
+    let Some(mut server) = RedisServer::start("readiness_comes_back_with_redis") else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let gateway = gateway(&config(
+        &fake,
+        &url,
+        "closed",
+        "requests_per_minute = 20",
+        "",
+    ))
+    .await;
+    let ready = readyz_until(&gateway, 200).await;
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(ready["store"]["healthy"], true, "{ready}");
+
+    server.stop();
+    // One refused request, as a load balancer's last one before it pulls the instance.
+    assert_eq!(status(&gateway).await, 503);
+    let down = readyz_until(&gateway, 503).await;
+    assert_eq!(down["limits"]["healthy"], false, "{down}");
+    assert!(down["limits"]["error"].is_string(), "{down}");
+
+    server.restart();
+    // No request is admitted in between: the gateway's own check must notice.
+    let up = readyz_until(&gateway, 200).await;
+    assert_eq!(up["status"], "ready", "{up}");
+    assert_eq!(up["limits"]["healthy"], true, "{up}");
+    assert_eq!(fake.calls(), 0);
+}
+
+#[tokio::test]
+async fn readiness_notices_redis_going_away_without_any_request() {
+    let Some(mut server) = RedisServer::start("readiness_notices_redis_going_away") else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let gateway = gateway(&config(&fake, &url, "open", "requests_per_minute = 20", "")).await;
+    readyz_until(&gateway, 200).await;
+    server.stop();
+    // Failing open keeps serving, so the instance stays in rotation, marked degraded.
+    let poll = async {
+        loop {
+            let (code, body) = readyz(&gateway).await;
+            if body["limits"]["healthy"] == false {
+                return (code, body);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (code, body) = tokio::time::timeout(PATIENCE, poll)
+        .await
+        .expect("the check notices");
+    assert_eq!((code, body["status"].as_str()), (200, Some("degraded")));
+}
+
+/// One request, a cut, then 24 more, all in one sliding minute with a limit of 20.
+async fn cut_then_burst(fail: &str) -> Vec<u16> {
+    let server = RedisServer::start("cut_then_burst").expect("redis-server");
+    let proxy = Proxy::start(redis_addr(&server)).await;
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let role = "requests_per_minute = 20\nwindow = \"sliding\"";
+    let gateway = gateway(&config(&fake, &proxy.url(), fail, role, "")).await;
+    let mut statuses = vec![status(&gateway).await];
+    proxy.cut();
+    for _ in 0..24 {
+        statuses.push(status(&gateway).await);
+    }
+    statuses
+}
+
+#[tokio::test]
+async fn a_cut_connection_costs_no_spurious_503_when_failing_closed() {
+    if RedisServer::start("a_cut_connection_costs_no_spurious_503").is_none() {
+        return;
+    }
+    let statuses = cut_then_burst("closed").await;
+    assert!(!statuses.contains(&503), "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        20,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        5,
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cut_connection_admits_no_extra_request_when_failing_open() {
+    if RedisServer::start("a_cut_connection_admits_no_extra_request").is_none() {
+        return;
+    }
+    let statuses = cut_then_burst("open").await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        20,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        5,
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_reply_holds_no_slot_and_counts_once() {
+    let Some(server) = RedisServer::start("a_lost_reply_holds_no_slot") else {
+        return;
+    };
+    let proxy = Proxy::start(redis_addr(&server)).await;
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let role = "requests_per_minute = 20\nmax_concurrent = 1";
+    let gateway = gateway(&config(&fake, &proxy.url(), "closed", role, "")).await;
+    let minute = redis_minute(&server).await;
+    // The first admission connects and loads the script; the second one's reply is lost.
+    assert_eq!(status(&gateway).await, 200);
+    proxy.lose_reply(b"EVALSHA", b"*7\r\n");
+    let lost = status(&gateway).await;
+    assert_eq!(proxy.cuts(), 1, "the reply was lost and the connection cut");
+    assert_eq!(
+        lost, 200,
+        "the retry finds the admission the script already made"
+    );
+
+    let next = admitted_within_patience(&gateway).await;
+    if redis_minute(&server).await == minute {
+        // Three admissions, each counted once.
+        assert_eq!(header(&next, "x-ratelimit-remaining-requests"), "17");
+    }
+}
+
+#[tokio::test]
+async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
+    let Some(server) = RedisServer::start("a_slot_is_released_over_a_new_connection") else {
+        return;
+    };
+    let proxy = Proxy::start(redis_addr(&server)).await;
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(100, 50))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&config(
+        &fake,
+        &proxy.url(),
+        "closed",
+        "max_concurrent = 1",
+        "",
+    ))
+    .await;
+    let stream = post(&gateway, &chat_stream("smart")).await;
+    assert_eq!(stream.status(), 200);
+    let id = header(&stream, "x-switchyard-request-id").to_owned();
+    let mut body = stream.bytes_stream();
+    body.next().await.unwrap().unwrap();
+    assert_eq!(status(&gateway).await, 429, "one stream is in flight");
+
+    proxy.cut();
+    drop(body);
+    record(&gateway, &id).await;
+    admitted_within_patience(&gateway).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_outlives_its_lease_while_its_stream_lives() {
+    let Some(server) = RedisServer::start("a_slot_outlives_its_lease") else {
+        return;
+    };
+    // 16 chunks 300 ms apart: the stream outlives its 2 s lease by far.
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(16, 300))
+        .start()
+        .await
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let lease = "lease = \"2s\"\n";
+    let gateway = gateway(&config(&fake, &url, "closed", "max_concurrent = 1", lease)).await;
+    let stream = post(&gateway, &chat_stream("smart")).await;
+    assert_eq!(stream.status(), 200);
+    let mut body = stream.bytes_stream();
+    let mut chunks = 0;
+    let mut competitors = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.unwrap();
+        chunks += chunk.windows(6).filter(|w| w == b"data: ").count();
+        // Past 8 chunks the stream is 2.4 s old: older than its lease. Up to 13 of 16, the
+        // next chunk is 300 ms away, so the stream is surely still alive.
+        if (9..=13).contains(&chunks) {
+            competitors.push(status(&gateway).await);
+        }
+    }
+    assert!(competitors.len() >= 4, "{competitors:?}");
+    assert!(competitors.iter().all(|s| *s == 429), "{competitors:?}");
+}
+
+#[tokio::test]
+async fn failing_open_still_holds_each_instance_to_the_limit() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("redis://{closed}");
+    let gateway = gateway(&config(
+        &fake,
+        &url,
+        "open",
+        "requests_per_minute = 20\nwindow = \"sliding\"",
+        "",
+    ))
+    .await;
+    let statuses = futures_util::future::join_all((0..25).map(|_| status(&gateway))).await;
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        20,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 429).count(),
+        5,
+        "{statuses:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_health_check_ends_with_the_gateway() {
+    let Some(server) = RedisServer::start("the_health_check_ends_with_the_gateway") else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let url = format!("redis://127.0.0.1:{}", server.port);
+    let gateway = gateway(&config(&fake, &url, "closed", "max_concurrent = 1", "")).await;
+    readyz_until(&gateway, 200).await;
+    let client = ::redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut clients = async || {
+        let list: String = ::redis::cmd("CLIENT")
+            .arg("LIST")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        list.lines().count()
+    };
+    assert_eq!(clients().await, 2, "the gateway's connection and ours");
+
+    // Nothing may keep the stopped gateway's state, and with it its connection, alive: the
+    // shutdown itself waits for the last holder to let go.
+    tokio::time::timeout(PATIENCE, gateway.shutdown())
+        .await
+        .expect("the gateway stops")
+        .unwrap();
+    let gone = async {
+        while clients().await > 1 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, gone)
+        .await
+        .expect("the gateway's Redis connection closes");
+}

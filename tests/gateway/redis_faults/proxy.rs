@@ -1,0 +1,144 @@
+//! A TCP proxy a test puts between the gateway and Redis, to cut its connections or lose a
+//! reply on demand.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Which reply to lose: the one that answers a request containing `request`, recognised by
+/// containing `reply`.
+#[derive(Clone, Copy)]
+struct LoseReply {
+    request: &'static [u8],
+    reply: &'static [u8],
+}
+
+struct Shared {
+    upstream: SocketAddr,
+    /// Bumped by every cut; each connection ends when it changes.
+    cuts: watch::Sender<u64>,
+    lose: Mutex<Option<LoseReply>>,
+}
+
+impl Shared {
+    fn cut(&self) {
+        self.cuts.send_modify(|n| *n += 1);
+    }
+}
+
+/// Forwards every connection to `upstream` until told otherwise.
+pub struct Proxy {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Listens on an ephemeral loopback port.
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared {
+            upstream,
+            cuts: watch::Sender::new(0),
+            lose: Mutex::new(None),
+        });
+        let accepting = shared.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let shared = accepting.clone();
+                let cut = shared.cuts.subscribe();
+                tokio::spawn(async move {
+                    if let Ok(server) = TcpStream::connect(shared.upstream).await {
+                        pump(client, server, shared, cut).await;
+                    }
+                });
+            }
+        });
+        Proxy {
+            addr,
+            shared,
+            accept,
+        }
+    }
+
+    /// `redis://` at the proxy.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// Closes every open connection; new ones are forwarded as before.
+    pub fn cut(&self) {
+        self.shared.cut();
+    }
+
+    /// How many cuts there have been.
+    pub fn cuts(&self) -> u64 {
+        *self.shared.cuts.borrow()
+    }
+
+    /// Forwards the next request containing `request`, swallows what the server sends back on
+    /// that connection until a chunk containing `reply`, then cuts every connection: the
+    /// command ran, and its client never hears how.
+    pub fn lose_reply(&self, request: &'static [u8], reply: &'static [u8]) {
+        *self.shared.lose.lock().unwrap() = Some(LoseReply { request, reply });
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.shared.cut();
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+async fn pump(
+    mut client: TcpStream,
+    mut server: TcpStream,
+    shared: Arc<Shared>,
+    mut cut: watch::Receiver<u64>,
+) {
+    let (mut client_read, mut client_write) = client.split();
+    let (mut server_read, mut server_write) = server.split();
+    let (mut up, mut down) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    // The reply this connection is to lose, once its request went through.
+    let mut losing: Option<LoseReply> = None;
+    loop {
+        tokio::select! {
+            _ = cut.changed() => return,
+            read = client_read.read(&mut up) => {
+                let Ok(n @ 1..) = read else { return };
+                if losing.is_none() {
+                    let mut lose = shared.lose.lock().unwrap();
+                    if lose.is_some_and(|l| contains(&up[..n], l.request)) {
+                        losing = lose.take();
+                    }
+                }
+                if server_write.write_all(&up[..n]).await.is_err() {
+                    return;
+                }
+            }
+            read = server_read.read(&mut down) => {
+                let Ok(n @ 1..) = read else { return };
+                if let Some(lose) = losing {
+                    if contains(&down[..n], lose.reply) {
+                        shared.cut();
+                        return;
+                    }
+                    continue;
+                }
+                if client_write.write_all(&down[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
