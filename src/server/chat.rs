@@ -174,6 +174,7 @@ async fn route_json(
         request: prepared.request.clone(),
         fallback_on_context_length: prepared.route.fallback_on_context_length,
         deadline,
+        max_body_bytes: state.config.server.max_upstream_body_bytes,
     };
     let inputs = ChainInputs {
         config: &state.config,
@@ -223,6 +224,8 @@ async fn route_stream(
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
+        max_body_bytes: state.config.server.max_upstream_body_bytes,
+        max_event_bytes: state.config.server.max_sse_event_bytes,
     };
     let inputs = ChainInputs {
         config: &state.config,

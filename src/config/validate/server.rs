@@ -56,8 +56,16 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
         raw.header_timeout,
         DEFAULT_HEADER_TIMEOUT,
     );
-    let idle_timeout = duration("server.idle_timeout", raw.idle_timeout, DEFAULT_IDLE_TIMEOUT);
-    let body_timeout = duration("server.body_timeout", raw.body_timeout, DEFAULT_BODY_TIMEOUT);
+    let idle_timeout = duration(
+        "server.idle_timeout",
+        raw.idle_timeout,
+        DEFAULT_IDLE_TIMEOUT,
+    );
+    let body_timeout = duration(
+        "server.body_timeout",
+        raw.body_timeout,
+        DEFAULT_BODY_TIMEOUT,
+    );
     let shutdown_grace = duration(
         "server.shutdown_grace",
         raw.shutdown_grace,
