@@ -5,6 +5,7 @@ mod gateway {
     pub mod services;
     pub mod support;
 
+    mod bounds;
     mod breakers;
     mod cross_vendor;
     mod dashboard;

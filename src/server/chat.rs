@@ -15,9 +15,10 @@ use serde_json::{Map, Value};
 
 use super::AppState;
 use super::admission;
+use super::connection::is_body_timeout;
 use super::degraded;
 use super::error::ApiError;
-use super::stream::StreamForwarder;
+use super::stream::{StreamForwarder, StreamLimits};
 use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
@@ -133,6 +134,7 @@ fn prepare(
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
             limit: state.config.server.max_body_bytes,
         },
+        _ if is_body_timeout(&rejection) => ApiError::BodyTimeout,
         _ => ApiError::InvalidJson(rejection.body_text()),
     })?;
     let request: Map<String, Value> =
@@ -259,12 +261,12 @@ async fn route_stream(
                 HeaderValue::from_static("text/event-stream"),
             );
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            let forwarder = StreamForwarder::new(
-                output,
-                guard,
-                permit,
-                state.config.retry.stream_idle_timeout,
-            );
+            let limits = StreamLimits {
+                idle_timeout: state.config.retry.stream_idle_timeout,
+                deadline,
+                grace_over: state.grace_over.subscribe(),
+            };
+            let forwarder = StreamForwarder::new(output, guard, permit, limits);
             *response.body_mut() = forwarder.into_body();
             response
         }
