@@ -242,10 +242,13 @@ fn admin_routes() -> Router<AppState> {
 
 fn finish_router(routes: Router<AppState>, state: AppState) -> Router {
     let limit = state.config.server.max_body_bytes;
+    let declared_length =
+        axum::middleware::from_fn_with_state(state.clone(), chat::refuse_declared_oversize);
     routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(declared_length)
         .with_state(state)
 }
 

@@ -414,6 +414,39 @@ fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
     response
 }
 
+/// Refuses a body whose declared length is over `[server] max_body_bytes` on its head, so
+/// the gateway neither reads nor waits for it.
+pub(super) async fn refuse_declared_oversize(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let limit = state.config.server.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_none_or(|length| length <= limit as u64) {
+        return next.run(request).await;
+    }
+    let format = if request.uri().path().starts_with("/v1/messages") {
+        ClientFormat::Anthropic
+    } else {
+        ClientFormat::OpenAi
+    };
+    let guard = RecordGuard::new(
+        state.telemetry.clone(),
+        RequestRecord::new(uuid::Uuid::now_v7().to_string(), false),
+    );
+    let mut response = refuse(guard, ApiError::BodyTooLarge { limit }, format);
+    // The body stays unread, so the connection cannot carry another request.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 /// Refuses a request before routing, with one log row like any other request.
 fn refuse(mut guard: RecordGuard, error: ApiError, format: ClientFormat) -> Response {
     let kind = error.kind();

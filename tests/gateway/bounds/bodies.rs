@@ -7,6 +7,8 @@ use serde_json::Value;
 use switchyard::fake::{Behavior, FakeUpstream};
 use switchyard::router::FailureClass;
 use switchyard::telemetry::Outcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 use super::spawned::{Spawned, patient_client};
 use crate::gateway::support::*;
@@ -163,4 +165,48 @@ async fn an_endless_stream_ends_at_the_request_deadline_with_an_error_event() {
     assert_eq!(row.outcome, Outcome::Error);
     assert!(row.partial);
     assert_eq!(row.error.as_deref(), Some("deadline"));
+}
+
+/// Sends a head promising `length` bytes and no body; the answer, read to its end.
+async fn answer_to_a_promise(
+    gateway: &switchyard::server::Gateway,
+    path: &str,
+    length: usize,
+) -> String {
+    let mut stream = TcpStream::connect(gateway.addr()).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(BOUND, stream.read_to_end(&mut answer))
+        .await
+        .expect("answered on the head alone")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_body_bytes = 1024\n{}{}",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    let openai = answer_to_a_promise(&gateway, "/v1/chat/completions", 1_000_000).await;
+    assert!(openai.starts_with("HTTP/1.1 413"), "{openai}");
+    assert!(openai.contains("\"code\":\"body_too_large\""), "{openai}");
+    let id = openai
+        .lines()
+        .find_map(|l| l.strip_prefix("x-switchyard-request-id: "))
+        .expect("the refusal names its log row")
+        .to_owned();
+    assert_eq!(record(&gateway, &id).await.status, 413);
+
+    let anthropic = answer_to_a_promise(&gateway, "/v1/messages", 1_000_000).await;
+    assert!(anthropic.starts_with("HTTP/1.1 413"), "{anthropic}");
+    assert!(anthropic.contains("\"type\":\"error\""), "{anthropic}");
+    assert_eq!(fake.calls(), 0);
 }
