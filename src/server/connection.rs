@@ -3,7 +3,9 @@
 //! hyper's own header timeout also runs while a kept-alive connection waits for its next
 //! request, so it cannot tell `header_timeout` from `idle_timeout`; a small watchdog per
 //! connection keeps both, fed by the socket (bytes arrive) and the service (a request
-//! begins, its response ends). The body timeout rides on the request body itself.
+//! begins, its response ends). It also lets go of a client that stops reading its answer,
+//! which would otherwise stall the response where no deadline is checked. The body timeout
+//! rides on the request body itself.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -36,6 +38,21 @@ pub struct Timeouts {
     pub header: Duration,
     pub idle: Duration,
     pub body: Duration,
+    /// The longest a request may stay in flight, its answer taken whole.
+    pub in_flight: Duration,
+}
+
+impl Timeouts {
+    /// `[server]`'s timeouts; a request may be in flight for its body's time, then its
+    /// deadline, then an idle timeout's worth for the client to take the answer.
+    pub fn new(server: &crate::config::ServerConfig, request_deadline: Duration) -> Timeouts {
+        Timeouts {
+            header: server.header_timeout,
+            idle: server.idle_timeout,
+            body: server.body_timeout,
+            in_flight: server.body_timeout + request_deadline + server.idle_timeout,
+        }
+    }
 }
 
 /// Serves one connection until it closes, a timeout ends it, or shutdown drains it.
@@ -141,8 +158,8 @@ enum Phase {
         first: bool,
         head: Option<Instant>,
     },
-    /// This many requests in flight (a response not yet fully sent counts).
-    Busy(usize),
+    /// Requests in flight (a response not yet fully sent counts) since the first began.
+    Busy { requests: usize, since: Instant },
 }
 
 /// A connection's phase, shared by its socket, its service and its watchdog.
@@ -189,49 +206,53 @@ impl Activity {
     fn begin(self: &Arc<Self>) -> InFlight {
         self.update(|phase| {
             *phase = match *phase {
-                Phase::Busy(n) => Phase::Busy(n + 1),
-                Phase::Waiting { .. } => Phase::Busy(1),
+                Phase::Busy { requests, since } => Phase::Busy {
+                    requests: requests + 1,
+                    since,
+                },
+                Phase::Waiting { .. } => Phase::Busy {
+                    requests: 1,
+                    since: Instant::now(),
+                },
             };
             true
         });
         InFlight(self.clone())
     }
 
-    /// When the connection must close if nothing changes; `None` while a request is in flight.
-    fn deadline(&self, timeouts: Timeouts) -> Option<Instant> {
+    /// When the connection must close if nothing changes.
+    fn deadline(&self, timeouts: Timeouts) -> Instant {
         match *self.phase.lock().unwrap_or_else(|e| e.into_inner()) {
-            Phase::Busy(_) => None,
+            Phase::Busy { since, .. } => since + timeouts.in_flight,
             Phase::Waiting {
                 head: Some(head), ..
-            } => Some(head + timeouts.header),
-            Phase::Waiting { since, first, .. } => Some(
+            } => head + timeouts.header,
+            Phase::Waiting { since, first, .. } => {
                 since
                     + if first {
                         timeouts.header
                     } else {
                         timeouts.idle
-                    },
-            ),
+                    }
+            }
         }
     }
 
-    /// Resolves when the connection has waited too long for a request head.
+    /// Resolves when the connection has waited too long for a request head, or a request
+    /// has been in flight too long.
     async fn expiry(&self, timeouts: Timeouts) {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             // Registered before the deadline is read, so a change in between is not lost.
             changed.as_mut().enable();
-            match self.deadline(timeouts) {
-                None => changed.await,
-                Some(deadline) => tokio::select! {
-                    () = changed => {}
-                    () = tokio::time::sleep_until(deadline) => {
-                        if self.deadline(timeouts).is_some_and(|d| d <= Instant::now()) {
-                            return;
-                        }
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(self.deadline(timeouts)) => {
+                    if self.deadline(timeouts) <= Instant::now() {
+                        return;
                     }
-                },
+                }
             }
         }
     }
@@ -244,7 +265,10 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.update(|phase| {
             *phase = match *phase {
-                Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+                Phase::Busy { requests, since } if requests > 1 => Phase::Busy {
+                    requests: requests - 1,
+                    since,
+                },
                 _ => Phase::Waiting {
                     since: Instant::now(),
                     first: false,

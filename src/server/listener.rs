@@ -98,12 +98,7 @@ pub async fn serve(
     state: AppState,
     mut stop: watch::Receiver<bool>,
 ) {
-    let server = &state.config.server;
-    let timeouts = Timeouts {
-        header: server.header_timeout,
-        idle: server.idle_timeout,
-        body: server.body_timeout,
-    };
+    let timeouts = Timeouts::new(&state.config.server, state.config.retry.request_deadline);
     let slots = Arc::new(Semaphore::new(capacity.max));
     let overflow = Arc::new(Semaphore::new(capacity.overflow));
     let mut connections = JoinSet::new();

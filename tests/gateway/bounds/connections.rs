@@ -259,3 +259,38 @@ async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
     let row = record(&gateway, &id).await;
     assert_eq!((row.status, row.outcome), (503, Outcome::Rejected));
 }
+
+#[tokio::test]
+async fn a_client_that_never_reads_its_stream_is_let_go() {
+    // The upstream sends as fast as it can; the client reads nothing, so the gateway's
+    // writes stall and the stream cannot reach its own deadline check.
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::endless(0).content(&"x".repeat(3 << 20)))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nbody_timeout = \"300ms\"\nidle_timeout = \"300ms\"\n{}[retry]\nrequest_deadline = \"2s\"\n",
+        upstream_config(&fake)
+    ))
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(gateway.addr()).await.unwrap();
+    let body = serde_json::to_string(&chat_stream("r")).unwrap();
+    stream
+        .write_all(format!("{}{body}", post_head("/v1/chat/completions", body.len())).as_bytes())
+        .await
+        .unwrap();
+    fake.wait_until(|stats| stats.calls == 1).await;
+    let let_go = tokio::time::timeout(BOUND, gateway.wait_connections(|open| *open == 0));
+    assert!(let_go.await.is_ok(), "the connection is held forever");
+    let mut all = Vec::new();
+    let _ = stream.read_to_end(&mut all).await;
+    eprintln!(
+        "DEBUG got {} bytes; tail {:?}",
+        all.len(),
+        String::from_utf8_lossy(&all[all.len().saturating_sub(300)..])
+    );
+    drop(stream);
+}
