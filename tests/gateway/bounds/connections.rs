@@ -63,6 +63,13 @@ async fn silent_sockets_cannot_lock_clients_out_of_a_gateway_with_few_descriptor
         &upstream_config(&fake),
         Some(256),
     );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", gateway.pid())).unwrap();
+    assert!(
+        limits
+            .lines()
+            .any(|l| l.starts_with("Max open files") && l.contains(" 256 ")),
+        "{limits}"
+    );
     let mut silent = Vec::new();
     for _ in 0..300 {
         silent.push(TcpStream::connect(gateway.addr).await.expect("connects"));

@@ -35,8 +35,12 @@ impl Spawned {
         std::fs::write(&config, text).expect("config written");
         let mut command = match nofile {
             Some(n) => {
-                let mut command = Command::new("prlimit");
-                command.arg(format!("--nofile={n}:{n}")).arg("--").arg(BIN);
+                // The shell sets the limit, then becomes the gateway: the pid stays the same.
+                let mut command = Command::new("sh");
+                command
+                    .arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(BIN);
                 command
             }
             None => Command::new(BIN),
@@ -80,6 +84,10 @@ impl Spawned {
             .output()
             .expect("the command runs");
         String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     pub fn url(&self) -> String {
