@@ -289,15 +289,9 @@ async fn a_client_that_never_reads_its_stream_is_let_go() {
         .write_all(format!("{}{body}", post_head("/v1/chat/completions", body.len())).as_bytes())
         .await
         .unwrap();
-    fake.wait_until(|stats| stats.calls == 1).await;
+    let asked = tokio::time::timeout(BOUND, fake.wait_until(|stats| stats.calls == 1));
+    assert!(asked.await.is_ok(), "the request reaches the upstream");
     let let_go = tokio::time::timeout(BOUND, gateway.wait_connections(|open| *open == 0));
     assert!(let_go.await.is_ok(), "the connection is held forever");
-    let mut all = Vec::new();
-    let _ = stream.read_to_end(&mut all).await;
-    eprintln!(
-        "DEBUG got {} bytes; tail {:?}",
-        all.len(),
-        String::from_utf8_lossy(&all[all.len().saturating_sub(300)..])
-    );
     drop(stream);
 }
