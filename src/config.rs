@@ -118,6 +118,20 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
     pub admin_listen: Option<SocketAddr>,
+    /// A new connection's request head must arrive whole within this.
+    pub header_timeout: Duration,
+    /// A kept-alive connection with no request in flight is closed after this.
+    pub idle_timeout: Duration,
+    /// A request body must arrive whole within this of its head.
+    pub body_timeout: Duration,
+    /// Client connections served at once; `None` derives it from the file-descriptor limit.
+    pub max_connections: Option<usize>,
+    /// How long shutdown waits for in-flight requests before ending them.
+    pub shutdown_grace: Duration,
+    /// The most of a non-streamed upstream answer read; more is a failed attempt.
+    pub max_upstream_body_bytes: usize,
+    /// The longest single upstream stream event read; longer is a failed attempt.
+    pub max_sse_event_bytes: usize,
 }
 
 #[derive(Clone, Debug)]

@@ -6,6 +6,7 @@
 pub mod admin;
 mod admission;
 mod chat;
+mod connection;
 mod degraded;
 mod embeddings;
 mod error;
@@ -73,6 +74,8 @@ pub struct Shared {
     pub draining: AtomicBool,
     /// What the background check last found of the store.
     pub readiness: readiness::Readiness,
+    /// Turns true when shutdown's grace runs out: streams still open end with an error event.
+    pub grace_over: tokio::sync::watch::Sender<bool>,
 }
 
 impl Deref for AppState {
@@ -210,6 +213,7 @@ impl AppState {
             open_connections: Arc::new(tokio::sync::watch::Sender::new(0)),
             draining: AtomicBool::new(false),
             readiness: readiness::Readiness::default(),
+            grace_over: tokio::sync::watch::Sender::new(false),
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
@@ -283,10 +287,13 @@ fn admin_routes() -> Router<AppState> {
 
 fn finish_router(routes: Router<AppState>, state: AppState) -> Router {
     let limit = state.config.server.max_body_bytes;
+    let declared_length =
+        axum::middleware::from_fn_with_state(state.clone(), chat::refuse_declared_oversize);
     routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(declared_length)
         .with_state(state)
 }
 
@@ -328,27 +335,29 @@ async fn serve_state(
         tracing::info!("shutting down: draining in-flight requests");
         let _ = stopping.send(true);
     });
-    let signal = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
     let admin_server = admin.map(|admin| {
-        let router = admin_app(state.clone());
-        tokio::spawn(
-            axum::serve(admin, router)
-                .with_graceful_shutdown(signal(stopped.clone()))
-                .into_future(),
-        )
+        tokio::spawn(listener::serve(
+            admin,
+            admin_app(state.clone()),
+            listener::Capacity::for_admin(),
+            Arc::new(tokio::sync::watch::Sender::new(0)),
+            state.clone(),
+            stopped.clone(),
+        ))
     });
-    let listener = listener::CountingListener::new(listener, state.open_connections.clone());
-    let result = axum::serve(listener, app(state))
-        .with_graceful_shutdown(signal(stopped))
-        .await;
+    let capacity = listener::Capacity::for_clients(state.config.server.max_connections);
+    tracing::info!(
+        max_connections = capacity.max,
+        "serving at most this many client connections at once"
+    );
+    let open = state.open_connections.clone();
+    listener::serve(listener, app(state.clone()), capacity, open, state, stopped).await;
     if let Some(admin_server) = admin_server {
         let _ = admin_server.await;
     }
     // Every connection is closed and the routers dropped: the log's senders are gone.
     writer.finish().await;
-    result.map_err(StartError::Listen)
+    Ok(())
 }
 
 /// A gateway running in this process, as tests and the demo use it.

@@ -6,6 +6,7 @@ mod gateway {
     pub mod support;
 
     mod access;
+    mod bounds;
     mod breakers;
     mod cross_vendor;
     mod dashboard;

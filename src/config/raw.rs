@@ -80,6 +80,13 @@ pub struct RawServer {
     pub listen: Option<String>,
     pub max_body_bytes: Option<u64>,
     pub admin_listen: Option<String>,
+    pub header_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub body_timeout: Option<String>,
+    pub max_connections: Option<u64>,
+    pub shutdown_grace: Option<String>,
+    pub max_upstream_body_bytes: Option<u64>,
+    pub max_sse_event_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -3,6 +3,7 @@
 mod access;
 mod lease;
 mod location;
+mod server;
 mod steps;
 mod telemetry;
 
@@ -98,7 +99,7 @@ impl Errors {
 
 pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let mut errors = Errors::default();
-    let server = server(&mut errors, raw.server);
+    let server = server::server(&mut errors, raw.server);
     let limits = limits(&mut errors, raw.limits);
     errors.unique("roles", raw.roles.iter().map(|r| r.name.as_str()));
     errors.unique("providers", raw.providers.iter().map(|p| p.name.as_str()));
@@ -183,22 +184,6 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
             token_file: raw.admin.token_file.map(std::path::PathBuf::from),
         },
     })
-}
-
-fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
-    let fallback: SocketAddr = ([127, 0, 0, 1], 8080).into();
-    let listen = raw.listen.as_deref().unwrap_or("127.0.0.1:8080");
-    let max_body_bytes = raw.max_body_bytes.unwrap_or(4 * 1024 * 1024);
-    if max_body_bytes == 0 {
-        errors.add("server.max_body_bytes", "must be greater than 0");
-    }
-    ServerConfig {
-        listen: errors.addr("server.listen", listen).unwrap_or(fallback),
-        max_body_bytes: usize::try_from(max_body_bytes).unwrap_or(usize::MAX),
-        admin_listen: raw
-            .admin_listen
-            .and_then(|a| errors.addr("server.admin_listen", &a)),
-    }
 }
 
 fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {

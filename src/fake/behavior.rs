@@ -40,6 +40,11 @@ pub struct Behavior {
     pub error_after: Option<usize>,
     /// Stream: the message of that error event, instead of the shape's default.
     pub error_message: Option<String>,
+    /// A 200 whose body is this many bytes of padding, made as it is sent (a stream: one
+    /// event that never ends), to test how much of an answer the gateway will read.
+    pub body_bytes: Option<u64>,
+    /// Stream: never end; after the first content chunk, repeat one every `chunk_interval_ms`.
+    pub endless: bool,
 }
 
 /// A function call a scripted answer makes.
@@ -133,6 +138,23 @@ impl Behavior {
     pub fn error_message(mut self, message: &str) -> Behavior {
         self.error_message = Some(message.to_owned());
         self
+    }
+
+    /// Answers 200 with `bytes` bytes of padding.
+    pub fn huge(bytes: u64) -> Behavior {
+        Behavior {
+            body_bytes: Some(bytes),
+            ..Behavior::default()
+        }
+    }
+
+    /// Streams forever, one content chunk every `interval_ms`.
+    pub fn endless(interval_ms: u64) -> Behavior {
+        Behavior {
+            endless: true,
+            chunk_interval_ms: interval_ms,
+            ..Behavior::default()
+        }
     }
 
     /// Sends a body that does not parse.

@@ -303,6 +303,8 @@ async fn handle(
             "application/json"
         };
         raw_response(status, content_type, Bytes::from(body))
+    } else if let Some(bytes) = behavior.body_bytes {
+        huge_response(bytes, completion.stream)
     } else if let Route::Embeddings(shape) = route {
         json_response(200, &answer::embeddings(shape, &request).to_string())
     } else if completion.stream {
@@ -438,6 +440,9 @@ async fn send_stream(
                 return false;
             }
         }
+        if behavior.endless {
+            return send_forever(sender, completion, interval).await;
+        }
     }
     let mut tail = Vec::new();
     if behavior.malformed {
@@ -452,6 +457,53 @@ async fn send_stream(
         }
     }
     true
+}
+
+/// Repeats a content chunk every `interval` until the client goes away.
+async fn send_forever(
+    sender: &mpsc::Sender<FrameResult>,
+    completion: &Completion,
+    interval: Duration,
+) -> bool {
+    // Piece 0 also opens the message, so later repeats use piece 1 when there is one.
+    let piece = usize::from(completion.chunks > 1);
+    loop {
+        tokio::select! {
+            _ = sender.closed() => return false,
+            _ = tokio::time::sleep(interval) => {}
+        }
+        for frame in completion.content_frames(piece) {
+            if sender.send(Ok(Frame::data(frame))).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+/// `bytes` bytes of padding, made as they are sent so the fake holds one chunk of them; as
+/// a stream, one event that never ends.
+fn huge_response(bytes: u64, stream: bool) -> Response<FakeBody> {
+    const CHUNK: usize = 64 * 1024;
+    let (content_type, prefix): (&'static str, &'static [u8]) = if stream {
+        ("text/event-stream", b"data: ")
+    } else {
+        ("application/json", b"")
+    };
+    let padding = Bytes::from(vec![b' '; CHUNK]);
+    let prefix = Bytes::from_static(prefix);
+    let mut left = bytes.saturating_sub(prefix.len() as u64);
+    let pieces = std::iter::once(prefix).chain(std::iter::from_fn(move || {
+        let size = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
+        left -= size as u64;
+        (size > 0).then(|| padding.slice(..size))
+    }));
+    let frames = futures_util::stream::iter(pieces.map(|piece| Ok(Frame::data(piece))));
+    let mut response = Response::new(StreamBody::new(frames).boxed());
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    response
 }
 
 /// A whole JSON answer sent slowly, in `pieces` parts `interval_ms` apart.

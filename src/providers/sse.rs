@@ -5,8 +5,8 @@
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 
-/// The longest event accepted; a longer one means the upstream is not speaking SSE.
-const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+/// The longest event accepted unless the caller says otherwise (`[server] max_sse_event_bytes`).
+pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 /// One whole event.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub struct SseEvent {
 pub enum SseError {
     #[error("the upstream connection broke: {0}")]
     Transport(String),
-    #[error("an event was longer than {MAX_EVENT_BYTES} bytes")]
+    #[error("an event was longer than the limit")]
     TooLong,
     #[error("an event was not valid UTF-8")]
     NotUtf8,
@@ -32,7 +32,12 @@ pub enum SseError {
 pub struct SseReader<S> {
     bytes: S,
     buffer: BytesMut,
+    scan: Scan,
     finished: bool,
+    max_event_bytes: usize,
+    /// Bytes examined looking for event ends, so a test can check the work is linear.
+    #[cfg(test)]
+    scanned: usize,
 }
 
 impl<S, E> SseReader<S>
@@ -40,12 +45,16 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    /// Wraps an upstream body.
-    pub fn new(bytes: S) -> SseReader<S> {
+    /// Wraps an upstream body whose events may be at most `max_event_bytes` long.
+    pub fn new(bytes: S, max_event_bytes: usize) -> SseReader<S> {
         SseReader {
             bytes,
             buffer: BytesMut::new(),
+            scan: Scan::default(),
             finished: false,
+            max_event_bytes,
+            #[cfg(test)]
+            scanned: 0,
         }
     }
 
@@ -54,11 +63,18 @@ where
     /// a terminal marker.
     pub async fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
         loop {
-            if let Some(end) = event_end(&self.buffer) {
+            #[cfg(test)]
+            let from = self.scan.next;
+            let found = self.scan.advance(&self.buffer, self.finished);
+            #[cfg(test)]
+            {
+                self.scanned += found.unwrap_or(self.scan.next).saturating_sub(from);
+            }
+            if let Some(end) = found {
                 let raw = self.buffer.split_to(end).freeze();
                 return parse_event(raw).map(Some);
             }
-            if self.buffer.len() > MAX_EVENT_BYTES {
+            if self.buffer.len() > self.max_event_bytes {
                 return Err(SseError::TooLong);
             }
             if self.finished {
@@ -73,28 +89,47 @@ where
     }
 }
 
-/// Where the first event in `buffer` ends (just past its blank line), if it is whole.
-fn event_end(buffer: &[u8]) -> Option<usize> {
-    let mut previous_newline: Option<usize> = None;
-    let mut i = 0;
-    while i < buffer.len() {
-        let newline_len = match buffer[i] {
-            b'\n' => 1,
-            b'\r' if buffer.get(i + 1) == Some(&b'\n') => 2,
-            b'\r' => 1,
-            _ => {
-                previous_newline = None;
-                i += 1;
-                continue;
+/// How far the search for an event's end has got, so each byte is examined once however
+/// finely the event arrives (rescanning from the start made a long event quadratic).
+#[derive(Clone, Copy, Debug, Default)]
+struct Scan {
+    /// The next byte to examine.
+    next: usize,
+    /// Whether the byte before `next` ended a line.
+    after_newline: bool,
+}
+
+impl Scan {
+    /// Continues the search through `buffer`; where the first event ends (just past its
+    /// blank line), if it is whole. A `\r` at the very end waits for the next byte, since
+    /// it may be half of a `\r\n`, unless the stream has `ended`.
+    fn advance(&mut self, buffer: &[u8], ended: bool) -> Option<usize> {
+        let mut i = self.next;
+        while i < buffer.len() {
+            let newline_len = match buffer[i] {
+                b'\n' => 1,
+                b'\r' => match buffer.get(i + 1) {
+                    Some(b'\n') => 2,
+                    Some(_) => 1,
+                    None if ended => 1,
+                    None => break,
+                },
+                _ => {
+                    self.after_newline = false;
+                    i += 1;
+                    continue;
+                }
+            };
+            if self.after_newline {
+                *self = Scan::default();
+                return Some(i + newline_len);
             }
-        };
-        if previous_newline == Some(i) {
-            return Some(i + newline_len);
+            i += newline_len;
+            self.after_newline = true;
         }
-        i += newline_len;
-        previous_newline = Some(i);
+        self.next = i;
+        None
     }
-    None
 }
 
 fn parse_event(raw: Bytes) -> Result<SseEvent, SseError> {
@@ -127,7 +162,7 @@ mod tests {
             .iter()
             .map(|c| Ok(Bytes::copy_from_slice(c.as_bytes())))
             .collect();
-        let mut reader = SseReader::new(stream::iter(parts));
+        let mut reader = SseReader::new(stream::iter(parts), MAX_EVENT_BYTES);
         let mut out = Vec::new();
         loop {
             match reader.next_event().await {
@@ -154,6 +189,52 @@ mod tests {
             events(&[": ping\r\n\r\n", "event: x\r\ndata: a\r\ndata:b\r\n\r\n"]).await;
         assert_eq!(events[0].data, "");
         assert_eq!(events[1].data, "a\nb");
+    }
+
+    /// Reads one `size`-byte event arriving in `chunk`-byte pieces; the bytes scanned.
+    async fn scanned_for_one_event(size: usize, chunk: usize) -> usize {
+        let mut event = b"data: ".to_vec();
+        event.resize(size - 2, b'x');
+        event.extend_from_slice(b"\n\n");
+        let parts: Vec<Result<Bytes, std::io::Error>> = event
+            .chunks(chunk)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let mut reader = SseReader::new(stream::iter(parts), size);
+        let read = reader.next_event().await.unwrap().unwrap();
+        assert_eq!(read.raw.len(), size);
+        reader.scanned
+    }
+
+    #[tokio::test]
+    async fn one_byte_chunks_are_scanned_in_linear_work() {
+        let size = 32 * 1024;
+        let scanned = scanned_for_one_event(size, 1).await;
+        assert!(scanned <= 2 * size, "{scanned} bytes scanned for {size}");
+    }
+
+    #[tokio::test]
+    async fn a_five_megabyte_event_is_scanned_in_linear_work() {
+        let size = 5 * 1024 * 1024;
+        let scanned = scanned_for_one_event(size, 64 * 1024).await;
+        assert!(scanned <= 2 * size, "{scanned} bytes scanned for {size}");
+    }
+
+    #[tokio::test]
+    async fn an_event_over_the_limit_is_refused_before_it_is_whole() {
+        let parts: Vec<Result<Bytes, std::io::Error>> = (0..4)
+            .map(|_| Ok(Bytes::from_static(b"data: 0123456789abcdef")))
+            .collect();
+        let mut reader = SseReader::new(stream::iter(parts), 32);
+        assert!(matches!(reader.next_event().await, Err(SseError::TooLong)));
+    }
+
+    #[tokio::test]
+    async fn a_crlf_split_across_chunks_is_one_newline() {
+        let (events, error) = events(&["data: a\r", "\ndata: b\r", "\n\r", "\n"]).await;
+        assert_eq!(error, None);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data, "a\nb");
     }
 
     #[tokio::test]

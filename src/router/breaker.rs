@@ -82,7 +82,8 @@ impl Verdict {
                 | FailureClass::Timeout
                 | FailureClass::Connect
                 | FailureClass::Reset
-                | FailureClass::Malformed,
+                | FailureClass::Malformed
+                | FailureClass::Oversized,
             ) => Verdict::Failure,
             Some(
                 FailureClass::RateLimited

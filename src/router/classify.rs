@@ -36,6 +36,8 @@ pub enum FailureClass {
     BadRequest,
     /// A 2xx whose body or first event could not be parsed.
     Malformed,
+    /// An answer (or one stream event) larger than the gateway will read.
+    Oversized,
     /// The provider needs a key and has none usable.
     NoKey,
     /// The request deadline ran out before this step could be tried.
@@ -62,6 +64,7 @@ impl FailureClass {
             FailureClass::ContextLength => "context_length",
             FailureClass::BadRequest => "bad_request",
             FailureClass::Malformed => "malformed_response",
+            FailureClass::Oversized => "oversized",
             FailureClass::NoKey => "no_key",
             FailureClass::Deadline => "deadline",
             FailureClass::CircuitOpen => "circuit_open",

@@ -5,7 +5,7 @@
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
@@ -46,6 +46,8 @@ pub struct JsonAttempter<'a> {
     pub fallback_on_context_length: bool,
     /// Reading a whole body may not run past the request's deadline.
     pub deadline: Instant,
+    /// The most of an answer read (`[server] max_upstream_body_bytes`).
+    pub max_body_bytes: usize,
 }
 
 impl Attempter for JsonAttempter<'_> {
@@ -78,9 +80,9 @@ impl Attempter for JsonAttempter<'_> {
         let status = response.status();
         let headers = response.headers().clone();
         let body_time = self.deadline.saturating_duration_since(Instant::now());
-        let body = match timeout(body_time, response.bytes()).await {
+        let body = match timeout(body_time, read_capped(response, self.max_body_bytes)).await {
             Err(_) => return failed(FailureClass::Timeout),
-            Ok(Err(e)) => return failed(classify_transport(&e)),
+            Ok(Err(class)) => return failed(class),
             Ok(Ok(body)) => scrubber.bytes(body),
         };
         if status.is_success() {
@@ -111,6 +113,24 @@ impl Attempter for JsonAttempter<'_> {
             )),
         })
     }
+}
+
+/// Reads a whole upstream body, failing as `Oversized` past `limit` bytes. A declared length
+/// over it is refused on the headers; an undeclared one is read chunk by chunk and dropped
+/// at the cap, so an answer too large is never held whole.
+async fn read_capped(mut response: reqwest::Response, limit: usize) -> Result<Bytes, FailureClass> {
+    let declared = response.content_length();
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(FailureClass::Oversized);
+    }
+    let mut body = BytesMut::with_capacity(declared.map_or(0, |length| length as usize));
+    while let Some(chunk) = response.chunk().await.map_err(|e| classify_transport(&e))? {
+        if body.len() + chunk.len() > limit {
+            return Err(FailureClass::Oversized);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
 }
 
 /// An upstream error answer, its body in the client's shape when the formats differ. The
@@ -166,6 +186,10 @@ pub struct StreamAttempter<'a> {
     pub client: &'a reqwest::Client,
     pub request: ClientRequest,
     pub fallback_on_context_length: bool,
+    /// The most of an error answer read (`[server] max_upstream_body_bytes`).
+    pub max_body_bytes: usize,
+    /// The longest event read (`[server] max_sse_event_bytes`).
+    pub max_event_bytes: usize,
 }
 
 impl Attempter for StreamAttempter<'_> {
@@ -193,6 +217,7 @@ impl Attempter for StreamAttempter<'_> {
         let mut translator = adapter.stream(&self.request);
         let client_request = &self.request;
         let fallback_on_context_length = self.fallback_on_context_length;
+        let (max_body_bytes, max_event_bytes) = (self.max_body_bytes, self.max_event_bytes);
         // The attempt timeout runs to the first event, not just to the headers.
         let commit = async move {
             let response = request
@@ -202,7 +227,11 @@ impl Attempter for StreamAttempter<'_> {
             let status = response.status();
             if !status.is_success() {
                 let headers = response.headers().clone();
-                let body = scrubber.bytes(response.bytes().await.unwrap_or_default());
+                let body = scrubber.bytes(
+                    read_capped(response, max_body_bytes)
+                        .await
+                        .unwrap_or_default(),
+                );
                 let (class, action) =
                     classify_status(status, &headers, &body, fallback_on_context_length);
                 let reply = error_reply(adapter, client_request, status, &headers, body, &scrubber);
@@ -213,7 +242,7 @@ impl Attempter for StreamAttempter<'_> {
                 });
             }
             let bytes: ByteStream = Box::pin(response.bytes_stream());
-            let mut reader = ScrubbedReader::new(SseReader::new(bytes), scrubber);
+            let mut reader = ScrubbedReader::new(SseReader::new(bytes, max_event_bytes), scrubber);
             let (first, first_usage) = first_event(&mut reader, translator.as_mut()).await?;
             Ok(CommittedStream {
                 first,
@@ -240,6 +269,9 @@ async fn first_event(
             Ok(Some(event)) => event,
             Ok(None) | Err(SseError::Transport(_)) => {
                 return Err(Failure::without_reply(FailureClass::Reset));
+            }
+            Err(SseError::TooLong) => {
+                return Err(Failure::without_reply(FailureClass::Oversized));
             }
             Err(_) => return Err(Failure::without_reply(FailureClass::Malformed)),
         };

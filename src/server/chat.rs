@@ -15,9 +15,10 @@ use serde_json::{Map, Value};
 
 use super::AppState;
 use super::admission;
+use super::connection::is_body_timeout;
 use super::degraded;
 use super::error::ApiError;
-use super::stream::StreamForwarder;
+use super::stream::{StreamForwarder, StreamLimits};
 use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
@@ -133,6 +134,7 @@ fn prepare(
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
             limit: state.config.server.max_body_bytes,
         },
+        _ if is_body_timeout(&rejection) => ApiError::BodyTimeout,
         _ => ApiError::InvalidJson(rejection.body_text()),
     })?;
     let request: Map<String, Value> =
@@ -179,6 +181,7 @@ async fn route_json(
         request: prepared.request.clone(),
         fallback_on_context_length: prepared.route.fallback_on_context_length,
         deadline,
+        max_body_bytes: state.config.server.max_upstream_body_bytes,
     };
     let inputs = ChainInputs {
         config: &state.config,
@@ -228,6 +231,8 @@ async fn route_stream(
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
+        max_body_bytes: state.config.server.max_upstream_body_bytes,
+        max_event_bytes: state.config.server.max_sse_event_bytes,
     };
     let inputs = ChainInputs {
         config: &state.config,
@@ -261,12 +266,12 @@ async fn route_stream(
                 HeaderValue::from_static("text/event-stream"),
             );
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            let forwarder = StreamForwarder::new(
-                output,
-                guard,
-                permit,
-                state.config.retry.stream_idle_timeout,
-            );
+            let limits = StreamLimits {
+                idle_timeout: state.config.retry.stream_idle_timeout,
+                deadline,
+                grace_over: state.grace_over.subscribe(),
+            };
+            let forwarder = StreamForwarder::new(output, guard, permit, limits);
             *response.body_mut() = forwarder.into_body();
             response
         }
@@ -411,6 +416,39 @@ fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, content_type);
+    response
+}
+
+/// Refuses a body whose declared length is over `[server] max_body_bytes` on its head, so
+/// the gateway neither reads nor waits for it.
+pub(super) async fn refuse_declared_oversize(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let limit = state.config.server.max_body_bytes;
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_none_or(|length| length <= limit as u64) {
+        return next.run(request).await;
+    }
+    let format = if request.uri().path().starts_with("/v1/messages") {
+        ClientFormat::Anthropic
+    } else {
+        ClientFormat::OpenAi
+    };
+    let guard = RecordGuard::new(
+        state.telemetry.clone(),
+        RequestRecord::new(uuid::Uuid::now_v7().to_string(), false),
+    );
+    let mut response = refuse(guard, ApiError::BodyTooLarge { limit }, format);
+    // The body stays unread, so the connection cannot carry another request.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 

@@ -21,6 +21,8 @@ pub enum ApiError {
     BodyTooLarge { limit: usize },
     #[error("request body is not valid JSON: {0}")]
     InvalidJson(String),
+    #[error("the request body did not arrive in time")]
+    BodyTimeout,
     #[error("{message}")]
     InvalidRequest {
         message: String,
@@ -53,6 +55,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             ApiError::InvalidJson(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownModel(_) | ApiError::NotFound(_) | ApiError::Missing(_) => {
                 StatusCode::NOT_FOUND
@@ -81,6 +84,7 @@ impl ApiError {
         match self {
             ApiError::BodyTooLarge { .. } => "body_too_large",
             ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::BodyTimeout => "body_timeout",
             ApiError::InvalidRequest { .. } => "invalid_request",
             ApiError::UnknownModel(_) => "model_not_found",
             ApiError::Unauthorized(_) => "unauthorized",

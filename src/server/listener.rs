@@ -1,98 +1,214 @@
-//! The gateway's listener: TCP_NODELAY on every connection (a small answer must not wait on
-//! Nagle's algorithm), and a count of open connections that operators and tests can watch.
+//! The accept loop: at most `max_connections` clients served at once, a few more told so
+//! with a 503, and a shutdown that drains within `shutdown_grace` whatever clients do.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::time::Duration;
 
-use axum::serve::Listener;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 
-/// Accepts connections and counts the open ones.
-pub struct CountingListener {
-    inner: TcpListener,
-    open: Arc<watch::Sender<usize>>,
+use super::AppState;
+use super::connection::{self, ClientStream, Timeouts};
+
+/// Descriptors kept for everything but client and upstream sockets: the listeners, the
+/// store, the runtime, logs.
+const RESERVED_DESCRIPTORS: u64 = 64;
+/// The descriptor limit assumed when the system will not say.
+const ASSUMED_DESCRIPTORS: u64 = 1024;
+/// How long a connection over the cap waits for a slot before it is answered 503.
+const OVERFLOW_WAIT: Duration = Duration::from_millis(500);
+/// After the grace, how long streams get to send their closing error event.
+const LAST_WORDS: Duration = Duration::from_secs(1);
+/// Connections to the admin API's own address; an operator's tools, not traffic.
+const ADMIN_MAX_CONNECTIONS: usize = 32;
+
+/// How many connections a listener serves, and what happens past that.
+#[derive(Clone, Copy, Debug)]
+pub struct Capacity {
+    /// Served at once.
+    pub max: usize,
+    /// Held beyond `max` to be answered 503 (or `/healthz`); past these, the listener stops
+    /// accepting until one closes.
+    pub overflow: usize,
 }
 
-impl CountingListener {
-    /// Wraps `inner`, counting into `open`.
-    pub fn new(inner: TcpListener, open: Arc<watch::Sender<usize>>) -> CountingListener {
-        CountingListener { inner, open }
+impl Capacity {
+    /// The gateway's capacity: `[server] max_connections`, or what the descriptor limit allows.
+    pub fn for_clients(configured: Option<usize>) -> Capacity {
+        match configured {
+            Some(max) => Capacity {
+                max,
+                overflow: (max / 8).clamp(4, 1024),
+            },
+            None => {
+                let limit = descriptor_limit().unwrap_or(ASSUMED_DESCRIPTORS);
+                default_capacity(limit)
+            }
+        }
+    }
+
+    /// The admin listener's own, small capacity.
+    pub fn for_admin() -> Capacity {
+        Capacity {
+            max: ADMIN_MAX_CONNECTIONS,
+            overflow: 4,
+        }
     }
 }
 
-impl Listener for CountingListener {
-    type Io = CountedStream;
-    type Addr = std::net::SocketAddr;
+/// Each client connection may hold an upstream connection too, so client sockets, served
+/// or waiting, get half of what is left after the reserve.
+fn default_capacity(descriptor_limit: u64) -> Capacity {
+    let clients = descriptor_limit.saturating_sub(RESERVED_DESCRIPTORS) / 2;
+    let clients = usize::try_from(clients).unwrap_or(usize::MAX);
+    let overflow = (clients / 8).clamp(1, 1024);
+    Capacity {
+        max: clients.saturating_sub(overflow).max(1),
+        overflow,
+    }
+}
 
-    async fn accept(&mut self) -> (CountedStream, std::net::SocketAddr) {
-        let (stream, addr) = Listener::accept(&mut self.inner).await;
-        // Without it, a small response can sit out the peer's delayed ACK.
-        let _ = stream.set_nodelay(true);
-        self.open.send_modify(|n| *n += 1);
-        let stream = CountedStream {
-            stream,
-            open: self.open.clone(),
+/// The soft limit on open files (RLIMIT_NOFILE), if the system says.
+#[cfg(unix)]
+fn descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes into the struct passed, which outlives the call.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+    (read && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+#[cfg(not(unix))]
+fn descriptor_limit() -> Option<u64> {
+    None
+}
+
+/// Serves `listener` until `stop` turns true, then drains: idle connections close, requests
+/// in flight get `shutdown_grace`, then streams are told to end, then whatever is left is
+/// dropped.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    capacity: Capacity,
+    open: Arc<watch::Sender<usize>>,
+    state: AppState,
+    mut stop: watch::Receiver<bool>,
+) {
+    let timeouts = Timeouts::new(&state.config.server, state.config.retry.request_deadline);
+    let slots = Arc::new(Semaphore::new(capacity.max));
+    let overflow = Arc::new(Semaphore::new(capacity.overflow));
+    let mut connections = JoinSet::new();
+    // Leave to accept one more socket. Without it the listener stops accepting, and new
+    // clients wait in the kernel's backlog rather than being closed unanswered.
+    let mut room = None;
+    loop {
+        let Some(waiting) = room.take() else {
+            room = tokio::select! {
+                biased;
+                _ = stop.wait_for(|stop| *stop) => break,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                room = overflow.clone().acquire_owned() => room.ok(),
+            };
+            continue;
         };
-        (stream, addr)
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|stop| *stop) => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {
+                room = Some(waiting);
+                continue;
+            }
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                // Out of descriptors, most likely: waiting lets connections close, where
+                // retrying at once would spin.
+                tracing::warn!(%error, "cannot accept a connection");
+                room = Some(waiting);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let stream = ClientStream::new(stream, open.clone());
+        let (router, stop) = (router.clone(), stop.clone());
+        if let Ok(slot) = slots.clone().try_acquire_owned() {
+            drop(waiting);
+            connections.spawn(async move {
+                connection::serve(stream, router, timeouts, stop).await;
+                drop(slot);
+            });
+            continue;
+        }
+        let (slots, telemetry) = (slots.clone(), state.telemetry.clone());
+        connections.spawn(async move {
+            let slot = tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await;
+            match slot {
+                Ok(Ok(slot)) => {
+                    drop(waiting);
+                    connection::serve(stream, router, timeouts, stop).await;
+                    drop(slot);
+                }
+                _ => {
+                    connection::refuse(stream, timeouts.header, telemetry).await;
+                    drop(waiting);
+                }
+            }
+        });
     }
+    drop(listener);
+    drain(connections, &state).await;
+}
 
-    fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
-        self.inner.local_addr()
+async fn all_closed(connections: &mut JoinSet<()>) {
+    while connections.join_next().await.is_some() {}
+}
+
+async fn drain(mut connections: JoinSet<()>, state: &AppState) {
+    let grace = state.config.server.shutdown_grace;
+    if tokio::time::timeout(grace, all_closed(&mut connections))
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        connections = connections.len(),
+        "shutdown grace is over: ending the requests still in flight"
+    );
+    state.grace_over.send_replace(true);
+    if tokio::time::timeout(LAST_WORDS, all_closed(&mut connections))
+        .await
+        .is_err()
+    {
+        connections.shutdown().await;
     }
 }
 
-/// A connection that uncounts itself when the server lets go of it.
-pub struct CountedStream {
-    stream: TcpStream,
-    open: Arc<watch::Sender<usize>>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-impl Drop for CountedStream {
-    fn drop(&mut self) {
-        self.open.send_modify(|n| *n = n.saturating_sub(1));
-    }
-}
-
-impl AsyncRead for CountedStream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for CountedStream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    #[test]
+    fn the_default_leaves_room_for_upstream_sockets_and_the_reserve() {
+        for limit in [256, 1024, 65536] {
+            let capacity = default_capacity(limit);
+            let clients = (capacity.max + capacity.overflow) as u64;
+            // Every client socket, and an upstream socket for each served one.
+            assert!(clients + capacity.max as u64 + RESERVED_DESCRIPTORS <= limit);
+        }
+        assert_eq!(default_capacity(256).max, 84);
+        assert_eq!(default_capacity(10).max, 1);
     }
 
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    #[test]
+    fn a_configured_cap_wins() {
+        assert_eq!(Capacity::for_clients(Some(7)).max, 7);
+        assert!(Capacity::for_clients(None).max >= 1);
     }
 }

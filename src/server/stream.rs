@@ -6,7 +6,8 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::time::timeout;
+use tokio::sync::watch;
+use tokio::time::{Instant, timeout_at};
 
 use crate::limits::Permit;
 use crate::providers::sse::SseError;
@@ -23,7 +24,17 @@ pub struct StreamForwarder {
     /// before `guard` so that on a disconnect it is released before the record is sent.
     permit: Option<Permit>,
     guard: Option<RecordGuard>,
-    idle_timeout: Duration,
+    limits: StreamLimits,
+}
+
+/// What ends a stream that the upstream would carry on forever.
+pub struct StreamLimits {
+    /// The longest wait for the upstream's next event.
+    pub idle_timeout: Duration,
+    /// The request's deadline: an endless stream ends here.
+    pub deadline: Instant,
+    /// Turns true when shutdown's grace has run out.
+    pub grace_over: watch::Receiver<bool>,
 }
 
 impl StreamForwarder {
@@ -32,7 +43,7 @@ impl StreamForwarder {
         mut stream: CommittedStream,
         mut guard: RecordGuard,
         permit: Permit,
-        idle_timeout: Duration,
+        limits: StreamLimits,
     ) -> StreamForwarder {
         let pending = std::mem::take(&mut stream.first).into();
         let record = guard.record();
@@ -44,7 +55,7 @@ impl StreamForwarder {
             pending,
             permit: Some(permit),
             guard: Some(guard),
-            idle_timeout,
+            limits,
         }
     }
 
@@ -63,7 +74,22 @@ impl StreamForwarder {
                 return Some(frame);
             }
             self.guard.as_ref()?;
-            let event = match timeout(self.idle_timeout, self.stream.reader.next_event()).await {
+            let wait_until = self
+                .limits
+                .deadline
+                .min(Instant::now() + self.limits.idle_timeout);
+            let next = tokio::select! {
+                biased;
+                () = grace_over(&mut self.limits.grace_over) => None,
+                next = timeout_at(wait_until, self.stream.reader.next_event()) => Some(next),
+            };
+            let Some(next) = next else {
+                return self.fail("shutting_down", "the gateway is shutting down");
+            };
+            let event = match next {
+                Err(_) if Instant::now() >= self.limits.deadline => {
+                    return self.fail("deadline", "the request deadline ran out mid-stream");
+                }
                 Err(_) => {
                     return self.fail("stream_idle_timeout", "the upstream stalled mid-stream");
                 }
@@ -72,6 +98,9 @@ impl StreamForwarder {
                         "connection_reset",
                         "the upstream connection broke mid-stream",
                     );
+                }
+                Ok(Err(SseError::TooLong)) => {
+                    return self.fail("oversized", "the upstream sent an event too large to read");
                 }
                 Ok(Err(_)) => {
                     return self.fail("malformed_event", "the upstream sent a malformed event");
@@ -156,6 +185,13 @@ impl StreamForwarder {
             }
             guard.finish();
         }
+    }
+}
+
+/// Resolves once shutdown's grace is over; never, if no shutdown can come any more.
+async fn grace_over(over: &mut watch::Receiver<bool>) {
+    if over.wait_for(|over| *over).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

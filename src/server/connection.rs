@@ -1,0 +1,472 @@
+//! One client connection: HTTP/1 over it, bounded in time at every stage a client controls.
+//!
+//! hyper's own header timeout also runs while a kept-alive connection waits for its next
+//! request, so it cannot tell `header_timeout` from `idle_timeout`; a small watchdog per
+//! connection keeps both, fed by the socket (bytes arrive) and the service (a request
+//! begins, its response ends). It also lets go of a client that stops reading its answer,
+//! which would otherwise stall the response where no deadline is checked. The body timeout
+//! rides on the request body itself.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::server::conn::http1;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, Sleep};
+
+use crate::providers::{self, ClientFormat};
+use crate::telemetry::{Outcome, RecordGuard, RequestRecord, Telemetry};
+
+/// The time bounds a connection is served under.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub idle: Duration,
+    pub body: Duration,
+    /// The longest a request may stay in flight, its answer taken whole.
+    pub in_flight: Duration,
+}
+
+impl Timeouts {
+    /// `[server]`'s timeouts; a request may be in flight for its body's time, then its
+    /// deadline, then an idle timeout's worth for the client to take the answer.
+    pub fn new(server: &crate::config::ServerConfig, request_deadline: Duration) -> Timeouts {
+        Timeouts {
+            header: server.header_timeout,
+            idle: server.idle_timeout,
+            body: server.body_timeout,
+            in_flight: server.body_timeout + request_deadline + server.idle_timeout,
+        }
+    }
+}
+
+/// Serves one connection until it closes, a timeout ends it, or shutdown drains it.
+pub async fn serve(
+    stream: ClientStream,
+    router: Router,
+    timeouts: Timeouts,
+    mut stop: watch::Receiver<bool>,
+) {
+    let activity = stream.activity.clone();
+    let service = Tracked {
+        inner: TowerToHyperService::new(router),
+        activity: activity.clone(),
+        body_timeout: timeouts.body,
+    };
+    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let watchdog = activity.expiry(timeouts);
+    tokio::pin!(watchdog);
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            _ = connection.as_mut() => return,
+            // Dropping the connection closes the socket; no answer is owed to a client
+            // that sent no whole request.
+            () = watchdog.as_mut() => return,
+            _ = stop.wait_for(|stop| *stop), if !draining => {
+                draining = true;
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// Answers one request on a connection over the cap: `/healthz` still, anything else a 503
+/// in the client's error shape, logged like any other refusal; then closes.
+pub async fn refuse(stream: ClientStream, header_timeout: Duration, telemetry: Telemetry) {
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let telemetry = telemetry.clone();
+        async move {
+            let path = request.uri().path();
+            if path == "/healthz" {
+                return Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))));
+            }
+            let id = uuid::Uuid::now_v7().to_string();
+            let mut guard = RecordGuard::new(telemetry, RequestRecord::new(id.clone(), false));
+            let record = guard.record();
+            record.status = StatusCode::SERVICE_UNAVAILABLE.as_u16();
+            record.outcome = Outcome::Rejected;
+            record.error = Some(TOO_MANY_CONNECTIONS.into());
+            guard.finish();
+            Ok(over_capacity(path, &id))
+        }
+    });
+    let _ = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+/// The error code of a request refused for the connection cap.
+const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
+
+fn over_capacity(path: &str, id: &str) -> Response<Full<Bytes>> {
+    let format = if path.starts_with("/v1/messages") {
+        ClientFormat::Anthropic
+    } else {
+        ClientFormat::OpenAi
+    };
+    let status = StatusCode::SERVICE_UNAVAILABLE;
+    let body = providers::error_body(
+        format,
+        status,
+        "the gateway is at its connection limit; retry shortly",
+        TOO_MANY_CONNECTIONS,
+        None,
+    );
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    if let Ok(id) = hyper::header::HeaderValue::from_str(id) {
+        headers.insert("x-switchyard-request-id", id);
+    }
+    response
+}
+
+/// Where a connection is between requests, for the watchdog.
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// No request in flight since `since`; `head` is when the next one's first byte came.
+    Waiting {
+        since: Instant,
+        first: bool,
+        head: Option<Instant>,
+    },
+    /// Requests in flight (a response not yet fully sent counts) since the first began.
+    Busy { requests: usize, since: Instant },
+}
+
+/// A connection's phase, shared by its socket, its service and its watchdog.
+#[derive(Debug)]
+pub struct Activity {
+    phase: Mutex<Phase>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            phase: Mutex::new(Phase::Waiting {
+                since: Instant::now(),
+                first: true,
+                head: None,
+            }),
+            changed: Notify::new(),
+        })
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Phase) -> bool) {
+        // A poisoned lock still holds a phase; the watchdog is better served by it than by
+        // a panic.
+        let mut phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        if change(&mut phase) {
+            drop(phase);
+            self.changed.notify_one();
+        }
+    }
+
+    fn bytes_arrived(&self) {
+        self.update(|phase| match phase {
+            Phase::Waiting {
+                head: head @ None, ..
+            } => {
+                *head = Some(Instant::now());
+                true
+            }
+            _ => false,
+        });
+    }
+
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.update(|phase| {
+            *phase = match *phase {
+                Phase::Busy { requests, since } => Phase::Busy {
+                    requests: requests + 1,
+                    since,
+                },
+                Phase::Waiting { .. } => Phase::Busy {
+                    requests: 1,
+                    since: Instant::now(),
+                },
+            };
+            true
+        });
+        InFlight(self.clone())
+    }
+
+    /// When the connection must close if nothing changes.
+    fn deadline(&self, timeouts: Timeouts) -> Instant {
+        match *self.phase.lock().unwrap_or_else(|e| e.into_inner()) {
+            Phase::Busy { since, .. } => since + timeouts.in_flight,
+            Phase::Waiting {
+                head: Some(head), ..
+            } => head + timeouts.header,
+            Phase::Waiting { since, first, .. } => {
+                since
+                    + if first {
+                        timeouts.header
+                    } else {
+                        timeouts.idle
+                    }
+            }
+        }
+    }
+
+    /// Resolves when the connection has waited too long for a request head, or a request
+    /// has been in flight too long.
+    async fn expiry(&self, timeouts: Timeouts) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the deadline is read, so a change in between is not lost.
+            changed.as_mut().enable();
+            tokio::select! {
+                () = changed => {}
+                () = tokio::time::sleep_until(self.deadline(timeouts)) => {
+                    if self.deadline(timeouts) <= Instant::now() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A request in flight; dropped when its response has been sent (or abandoned).
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.update(|phase| {
+            *phase = match *phase {
+                Phase::Busy { requests, since } if requests > 1 => Phase::Busy {
+                    requests: requests - 1,
+                    since,
+                },
+                _ => Phase::Waiting {
+                    since: Instant::now(),
+                    first: false,
+                    head: None,
+                },
+            };
+            true
+        });
+    }
+}
+
+/// The router as a hyper service, marking each request in flight and timing its body.
+struct Tracked {
+    inner: TowerToHyperService<Router>,
+    activity: Arc<Activity>,
+    body_timeout: Duration,
+}
+
+type TrackedFuture = Pin<Box<dyn Future<Output = Result<Response<ActiveBody>, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for Tracked {
+    type Response = Response<ActiveBody>;
+    type Error = Infallible;
+    type Future = TrackedFuture;
+
+    fn call(&self, request: Request<Incoming>) -> TrackedFuture {
+        let in_flight = self.activity.begin();
+        let deadline = Instant::now() + self.body_timeout;
+        let request = request.map(|body| TimedBody {
+            inner: body,
+            deadline,
+            timer: None,
+        });
+        let response = hyper::service::Service::call(&self.inner, request);
+        Box::pin(async move {
+            let response = response.await?;
+            Ok(response.map(|body| ActiveBody {
+                inner: body,
+                _in_flight: in_flight,
+            }))
+        })
+    }
+}
+
+/// A response body that keeps its request in flight until it is sent.
+pub struct ActiveBody {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for ActiveBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The request body did not arrive whole within `[server] body_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within the body timeout")]
+pub struct BodyTimeout;
+
+/// A request body that fails with [`BodyTimeout`] once its deadline passes.
+pub struct TimedBody {
+    inner: Incoming,
+    deadline: Instant,
+    /// Made on the first wait, so a body that is already here costs no timer.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl hyper::body::Body for TimedBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Pending => {
+                let deadline = this.deadline;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                match timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout)))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Whether an error (a body rejection, say) was caused by a [`BodyTimeout`].
+pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<BodyTimeout>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// A client socket: counted while open, and telling its connection's watchdog when bytes
+/// arrive.
+pub struct ClientStream {
+    stream: TcpStream,
+    open: Arc<watch::Sender<usize>>,
+    activity: Arc<Activity>,
+}
+
+impl ClientStream {
+    /// Takes an accepted socket, counting it into `open` until it is dropped.
+    pub fn new(stream: TcpStream, open: Arc<watch::Sender<usize>>) -> ClientStream {
+        // Without it, a small response can sit out the peer's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        open.send_modify(|n| *n += 1);
+        ClientStream {
+            stream,
+            open,
+            activity: Activity::new(),
+        }
+    }
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        self.open.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.bytes_arrived();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}

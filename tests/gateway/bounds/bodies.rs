@@ -1,0 +1,212 @@
+//! Upstream answers too large to hold, endless streams, and request bodies refused on their
+//! declared length.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::router::FailureClass;
+use switchyard::telemetry::Outcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::spawned::{Spawned, patient_client};
+use crate::gateway::support::*;
+
+const BOUND: Duration = Duration::from_secs(20);
+const HUNDRED_MB: u64 = 100 * 1024 * 1024;
+
+fn two_steps(
+    primary: &switchyard::fake::FakeHandle,
+    secondary: &switchyard::fake::FakeHandle,
+) -> String {
+    format!(
+        "{}{}{}",
+        provider("primary", primary),
+        provider("secondary", secondary),
+        route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+    )
+}
+
+#[tokio::test]
+async fn a_hundred_megabyte_answer_is_an_oversized_attempt_not_an_allocation() {
+    let primary = FakeUpstream::new("primary")
+        .then(Behavior::huge(HUNDRED_MB))
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = Spawned::start(
+        "max_upstream_body_bytes = 1048576",
+        &two_steps(&primary, &secondary),
+        None,
+    );
+    let client = patient_client(BOUND);
+    let send = || async {
+        client
+            .post(format!("{}/v1/chat/completions", gateway.url()))
+            .json(&chat("r"))
+            .send()
+            .await
+            .expect("the gateway answers")
+    };
+    // One request first, so what a first request costs anyway is in the baseline.
+    primary.set_script(switchyard::fake::Script {
+        behaviors: vec![Behavior::ok()],
+        ..Default::default()
+    });
+    assert_eq!(send().await.status(), 200);
+    primary.set_script(switchyard::fake::Script {
+        behaviors: vec![Behavior::huge(HUNDRED_MB)],
+        ..Default::default()
+    });
+    let peak_before = gateway.status_kb("VmHWM");
+
+    let response = send().await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-switchyard-step"), "1");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(content(&body), "Hello from secondary!");
+    let grown_kb = gateway.status_kb("VmHWM").saturating_sub(peak_before);
+    assert!(
+        grown_kb < 24 * 1024,
+        "peak memory grew by {grown_kb} kB for a 100 MB answer"
+    );
+    // The metrics are updated off the request's path, so poll them for a bounded while.
+    let counted = async {
+        loop {
+            let metrics = client
+                .get(format!("{}/metrics", gateway.url()))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let oversized = |l: &str| {
+                l.starts_with("switchyard_attempts_total") && l.contains("result=\"oversized\"")
+            };
+            if metrics.lines().any(oversized) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    assert!(
+        tokio::time::timeout(BOUND, counted).await.is_ok(),
+        "the attempt is counted as oversized"
+    );
+}
+
+#[tokio::test]
+async fn a_declared_length_over_the_cap_fails_the_attempt_on_its_headers() {
+    let primary = FakeUpstream::new("primary")
+        .then(Behavior::huge(HUNDRED_MB).header("content-length", &HUNDRED_MB.to_string()))
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = gateway(&two_steps(&primary, &secondary)).await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(response.status(), 200);
+    let id = header(&response, "x-switchyard-request-id").to_owned();
+    let row = record(&gateway, &id).await;
+    assert_eq!(row.attempts[0].failure, Some(FailureClass::Oversized));
+    assert_eq!(row.outcome, Outcome::Fallback);
+}
+
+#[tokio::test]
+async fn an_event_over_max_sse_event_bytes_fails_the_attempt() {
+    let primary = FakeUpstream::new("primary")
+        .then(Behavior::huge(8 * 1024 * 1024))
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_sse_event_bytes = 65536\n{}",
+        two_steps(&primary, &secondary)
+    ))
+    .await;
+    let response = post(&gateway, &chat_stream("r")).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-switchyard-step"), "1");
+    let id = header(&response, "x-switchyard-request-id").to_owned();
+    let text = response.text().await.unwrap();
+    assert_eq!(streamed_text(&sse_data(&text)), "Hello from secondary!");
+    let row = record(&gateway, &id).await;
+    assert_eq!(row.attempts[0].failure, Some(FailureClass::Oversized));
+}
+
+#[tokio::test]
+async fn an_endless_stream_ends_at_the_request_deadline_with_an_error_event() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::endless(20))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}[retry]\nrequest_deadline = \"1s\"\nattempt_timeout = \"1s\"\n",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    let response = post(&gateway, &chat_stream("r")).await;
+    assert_eq!(response.status(), 200);
+    let id = header(&response, "x-switchyard-request-id").to_owned();
+    let text = tokio::time::timeout(BOUND, response.text())
+        .await
+        .expect("the stream ends")
+        .expect("and ends properly");
+    let last = sse_data(&text).pop().unwrap_or_default();
+    let last: Value = serde_json::from_str(&last).unwrap_or(Value::Null);
+    assert_eq!(last["error"]["code"], "deadline", "{text}");
+    let row = record(&gateway, &id).await;
+    assert_eq!(row.outcome, Outcome::Error);
+    assert!(row.partial);
+    assert_eq!(row.error.as_deref(), Some("deadline"));
+}
+
+/// Sends a head promising `length` bytes and no body; the answer, read to its end.
+async fn answer_to_a_promise(
+    gateway: &switchyard::server::Gateway,
+    path: &str,
+    length: usize,
+) -> String {
+    let mut stream = TcpStream::connect(gateway.addr()).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(BOUND, stream.read_to_end(&mut answer))
+        .await
+        .expect("answered on the head alone")
+        .unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test]
+async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_body_bytes = 1024\n{}{}",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    let openai = answer_to_a_promise(&gateway, "/v1/chat/completions", 1_000_000).await;
+    assert!(openai.starts_with("HTTP/1.1 413"), "{openai}");
+    assert!(openai.contains("\"code\":\"body_too_large\""), "{openai}");
+    let id = openai
+        .lines()
+        .find_map(|l| l.strip_prefix("x-switchyard-request-id: "))
+        .expect("the refusal names its log row")
+        .to_owned();
+    assert_eq!(record(&gateway, &id).await.status, 413);
+
+    let anthropic = answer_to_a_promise(&gateway, "/v1/messages", 1_000_000).await;
+    assert!(anthropic.starts_with("HTTP/1.1 413"), "{anthropic}");
+    assert!(anthropic.contains("\"type\":\"error\""), "{anthropic}");
+    assert_eq!(fake.calls(), 0);
+}

@@ -1,0 +1,297 @@
+//! Client connections: timeouts on the head, the body and idleness, a cap on how many, and a
+//! shutdown that a slow client cannot hold up.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::Value;
+use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::telemetry::Outcome;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::spawned::{Spawned, eventually, patient_client};
+use crate::gateway::support::*;
+
+/// Long enough for any step below on a loaded machine; only a hang reaches it.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Reads until the peer closes; the bytes, or `None` if it stays open past `limit`.
+async fn read_to_close(stream: &mut TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let reading = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, reading).await.ok()?;
+    Some(out)
+}
+
+/// A POST whose head promises `length` bytes of body; the body is left to the caller.
+fn post_head(path: &str, length: usize) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    )
+}
+
+/// Writes one byte every `interval` until the peer stops taking them.
+fn drip(mut writer: tokio::net::tcp::OwnedWriteHalf, interval: Duration) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if writer.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+fn upstream_config(fake: &switchyard::fake::FakeHandle) -> String {
+    format!("{}{}", provider("up", fake), route("r", &[("up", "m")], ""))
+}
+
+#[tokio::test]
+async fn silent_sockets_cannot_lock_clients_out_of_a_gateway_with_few_descriptors() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = Spawned::start(
+        "header_timeout = \"500ms\"",
+        &upstream_config(&fake),
+        Some(256),
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", gateway.pid())).unwrap();
+    assert!(
+        limits
+            .lines()
+            .any(|l| l.starts_with("Max open files") && l.contains(" 256 ")),
+        "{limits}"
+    );
+    let mut silent = Vec::new();
+    for _ in 0..300 {
+        silent.push(TcpStream::connect(gateway.addr).await.expect("connects"));
+    }
+
+    let client = patient_client(BOUND);
+    let health = client
+        .get(format!("{}/healthz", gateway.url()))
+        .send()
+        .await
+        .expect("/healthz answers");
+    assert_eq!(health.status(), 200);
+    let response = client
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat("r"))
+        .send()
+        .await
+        .expect("a client is answered");
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap();
+    match status {
+        200 => assert_eq!(content(&body), "Hello from up!"),
+        503 => drop(error_message(&body)),
+        other => panic!("neither served nor a clean 503: {other} {body}"),
+    }
+
+    // Every silent socket is closed by the gateway, not left to hold a descriptor.
+    let started = Instant::now();
+    for stream in &mut silent {
+        let left = BOUND.saturating_sub(started.elapsed());
+        let said = read_to_close(stream, left).await.expect("closed in time");
+        assert!(said.is_empty(), "a silent socket is answered with nothing");
+    }
+    assert!(
+        eventually(BOUND, || gateway.open_fds() < 64).await,
+        "descriptors are released: {} open",
+        gateway.open_fds()
+    );
+}
+
+#[tokio::test]
+async fn a_silent_socket_waits_header_timeout_and_an_idle_one_idle_timeout() {
+    let gateway = Spawned::start(
+        "header_timeout = \"300ms\"\nidle_timeout = \"1500ms\"",
+        "",
+        None,
+    );
+    let opened = Instant::now();
+    let mut silent = TcpStream::connect(gateway.addr).await.unwrap();
+    let mut idle = TcpStream::connect(gateway.addr).await.unwrap();
+    // Before the request is sent, so surely before the server's idle time starts.
+    let sent = Instant::now();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 1024];
+    let n = idle.read(&mut answer).await.unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+
+    read_to_close(&mut silent, BOUND)
+        .await
+        .expect("the silent socket is closed");
+    assert!(opened.elapsed() >= Duration::from_millis(300));
+    read_to_close(&mut idle, BOUND)
+        .await
+        .expect("the idle socket is closed");
+    assert!(
+        sent.elapsed() >= Duration::from_millis(1500),
+        "a kept-alive connection gets idle_timeout, not header_timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_drip_body_is_cut_after_body_timeout() {
+    let gateway = Spawned::start("body_timeout = \"500ms\"", "", None);
+    let stream = TcpStream::connect(gateway.addr).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    writer
+        .write_all(post_head("/v1/chat/completions", 10_000).as_bytes())
+        .await
+        .unwrap();
+    drip(writer, Duration::from_millis(50));
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(BOUND, reader.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the dripping request is never cut");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"body_timeout\""), "{answer}");
+}
+
+#[tokio::test]
+async fn sigterm_ends_within_shutdown_grace_despite_a_dripping_client_and_an_endless_stream() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::endless(20))
+        .start()
+        .await
+        .unwrap();
+    let store = std::env::temp_dir().join(format!("switchyard-grace-{}.db", uuid::Uuid::now_v7()));
+    let mut gateway = Spawned::start(
+        "shutdown_grace = \"500ms\"\nbody_timeout = \"1m\"",
+        &format!(
+            "[store]\nurl = \"sqlite://{}\"\n{}[retry]\nrequest_deadline = \"1m\"\n",
+            store.display(),
+            upstream_config(&fake)
+        ),
+        None,
+    );
+    let response = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat_stream("r"))
+        .send()
+        .await
+        .unwrap();
+    let mut body = response.bytes_stream();
+    let mut text = String::from_utf8_lossy(&body.next().await.unwrap().unwrap()).into_owned();
+    let stream = TcpStream::connect(gateway.addr).await.unwrap();
+    let (_reader, mut writer) = stream.into_split();
+    writer
+        .write_all(post_head("/v1/chat/completions", 10_000).as_bytes())
+        .await
+        .unwrap();
+    drip(writer, Duration::from_millis(50));
+
+    gateway.terminate();
+    let rest = async {
+        while let Some(Ok(chunk)) = body.next().await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    assert!(
+        tokio::time::timeout(BOUND, rest).await.is_ok(),
+        "the stream never ends"
+    );
+    let last = sse_data(&text).pop().unwrap_or_default();
+    let last: Value = serde_json::from_str(&last).unwrap_or(Value::Null);
+    assert_eq!(last["error"]["code"], "shutting_down", "{text}");
+    let status = gateway.exit_within(BOUND).await.expect("the gateway exits");
+    assert!(status.success(), "{status:?}");
+    // The stream's row was flushed before the process ended.
+    let logs = gateway.command(&["logs", "--json"]);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", store.display()));
+    }
+    let row = logs
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|row| row["error"] == "shutting_down")
+        .unwrap_or_else(|| panic!("no row for the cut stream in {logs}"));
+    assert_eq!(row["partial"], true, "{row}");
+}
+
+#[tokio::test]
+async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_connections = 2\nheader_timeout = \"30s\"\n{}",
+        upstream_config(&fake)
+    ))
+    .await;
+    let _held: Vec<TcpStream> = vec![
+        TcpStream::connect(gateway.addr()).await.unwrap(),
+        TcpStream::connect(gateway.addr()).await.unwrap(),
+    ];
+    gateway.wait_connections(|open| *open >= 2).await;
+
+    let client = patient_client(BOUND);
+    let response = client
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat("r"))
+        .send()
+        .await
+        .expect("an answer, not a hang");
+    assert_eq!(response.status(), 503);
+    assert!(!header(&response, "retry-after").is_empty());
+    let id = header(&response, "x-switchyard-request-id").to_owned();
+    let body: Value = response.json().await.unwrap();
+    assert!(error_message(&body).contains("connection"), "{body}");
+    let messages = client
+        .post(format!("{}/v1/messages", gateway.url()))
+        .json(&message("r", false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(messages.status(), 503);
+    let body: Value = messages.json().await.unwrap();
+    assert_eq!(body["type"], "error", "Anthropic's shape: {body}");
+    let health = client
+        .get(format!("{}/healthz", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(fake.calls(), 0);
+    let row = record(&gateway, &id).await;
+    assert_eq!((row.status, row.outcome), (503, Outcome::Rejected));
+}
+
+#[tokio::test]
+async fn a_client_that_never_reads_its_stream_is_let_go() {
+    // The upstream sends as fast as it can; the client reads nothing, so the gateway's
+    // writes stall and the stream cannot reach its own deadline check.
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::endless(0).content(&"x".repeat(3 << 20)))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nbody_timeout = \"300ms\"\nidle_timeout = \"300ms\"\n{}[retry]\nrequest_deadline = \"2s\"\n",
+        upstream_config(&fake)
+    ))
+    .await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(gateway.addr()).await.unwrap();
+    let body = serde_json::to_string(&chat_stream("r")).unwrap();
+    stream
+        .write_all(format!("{}{body}", post_head("/v1/chat/completions", body.len())).as_bytes())
+        .await
+        .unwrap();
+    let asked = tokio::time::timeout(BOUND, fake.wait_until(|stats| stats.calls == 1));
+    assert!(asked.await.is_ok(), "the request reaches the upstream");
+    let let_go = tokio::time::timeout(BOUND, gateway.wait_connections(|open| *open == 0));
+    assert!(let_go.await.is_ok(), "the connection is held forever");
+    drop(stream);
+}
