@@ -16,6 +16,7 @@ mod gateway {
     mod lossless;
     mod messages;
     mod passthrough;
+    mod stream_ends;
     mod streaming;
     pub mod telemetry;
 }
