@@ -462,6 +462,12 @@ async fn models(
 
 async fn metrics(State(state): State<AppState>) -> Response {
     admin::breakers::export(&state);
+    let unreadable = i64::try_from(state.keys.unreadable_rows()).unwrap_or(i64::MAX);
+    state
+        .telemetry
+        .metrics
+        .provider_keys_unreadable
+        .set(unreadable);
     let body = state.telemetry.metrics.render();
     (
         [(

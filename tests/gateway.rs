@@ -10,6 +10,7 @@ mod gateway {
     mod dashboard;
     mod embeddings;
     mod fallback;
+    mod key_rows;
     mod keys;
     mod lifecycle;
     mod limits;
