@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
-use super::breaker::Verdict;
+use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
 use super::health::{Health, Permit, Tried};
 use crate::config::{Config, Deployment, Provider, Route, Step};
@@ -108,6 +108,8 @@ pub struct ChainInputs<'a> {
     /// The first step to try: 1 when an operator forces a fallback.
     pub first_step: usize,
     pub deadline: Instant,
+    /// Who is asking, so a breaker can tell one caller's failures from everyone's.
+    pub caller: CallerTag,
 }
 
 /// What a failed attempt leaves the loop to do.
@@ -266,7 +268,8 @@ impl<T> Walk<'_, T> {
             Attempt::Served(output) => {
                 let record = record(index, deployment, None, Some(200), latency);
                 self.run.attempts.push(record);
-                permit.finish(Verdict::Success, Some(latency), None);
+                let caller = self.inputs.caller;
+                permit.finish(Verdict::Success, Some(latency), None, caller);
                 self.run.end = ChainEnd::Served {
                     step: index,
                     output,
@@ -282,9 +285,12 @@ impl<T> Walk<'_, T> {
             .attempts
             .push(record(index, deployment, Some(class), status, latency));
 
-        // A timeout the request's own deadline cut short says nothing about the provider.
+        // A timeout says something about the provider only when it is the attempt timeout:
+        // one the request's own deadline cut short, or one that ran out the deadline while
+        // a long answer was still coming, is the request's doing.
         let silent = failure.reply.is_none() && class == FailureClass::Timeout;
-        let cut_short = silent && timeout < retry.attempt_timeout;
+        let cut_short =
+            silent && (timeout < retry.attempt_timeout || Instant::now() >= self.inputs.deadline);
         let verdict = if cut_short {
             Verdict::Neutral
         } else {
@@ -297,7 +303,7 @@ impl<T> Walk<'_, T> {
             _ => None,
         };
         let key = permit.key.clone();
-        permit.finish(verdict, sample, bench);
+        permit.finish(verdict, sample, bench, self.inputs.caller);
 
         if let (Action::ReturnToClient, Some(reply)) = (failure.action, failure.reply) {
             self.run.end = ChainEnd::Returned { step: index, reply };

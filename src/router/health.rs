@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::balance::{Ewma, fastest, smooth_pick};
-use super::breaker::{Breaker, BreakerView, Refusal, Ticket, Verdict};
+use super::breaker::{Breaker, BreakerView, CallerTag, Refusal, Ticket, Verdict};
 use super::classify::FailureClass;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
@@ -145,14 +145,21 @@ impl Permit<'_> {
         self.ticket.is_some_and(Ticket::is_probe)
     }
 
-    /// Reports the attempt: its verdict to the breaker, a latency sample (for a success or
-    /// a timeout) to the estimate, and a bench (a 429's `retry-after`) if there is one.
-    pub fn finish(mut self, verdict: Verdict, latency: Option<Duration>, bench: Option<Duration>) {
+    /// Reports the attempt, made for `caller`: its verdict to the breaker, a latency sample
+    /// (for a success or a timeout) to the estimate, and a bench (a 429's `retry-after`) if
+    /// there is one.
+    pub fn finish(
+        mut self,
+        verdict: Verdict,
+        latency: Option<Duration>,
+        bench: Option<Duration>,
+        caller: CallerTag,
+    ) {
         let now = Instant::now();
         let mut table = self.health.lock();
         let breaker = table.breakers.get_mut(&self.id);
         if let (Some(ticket), Some(breaker)) = (self.ticket.take(), breaker) {
-            breaker.record(now, ticket, verdict);
+            breaker.record(now, ticket, verdict, caller);
             if let Some(bench) = bench {
                 breaker.bench(now + bench);
             }

@@ -18,9 +18,11 @@ use super::admission;
 use super::degraded;
 use super::error::ApiError;
 use super::stream::StreamForwarder;
+use crate::auth::Caller;
 use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
+use crate::router::breaker::CallerTag;
 use crate::router::chain::{ChainInputs, describe_failures};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, resolve_route, run_chain};
@@ -34,6 +36,8 @@ struct Prepared {
     request: ClientRequest,
     stream: bool,
     first_step: usize,
+    /// Who asks, as breakers tell callers apart.
+    caller: CallerTag,
 }
 
 /// The endpoint a request came in on: its format, what it asks, and how its fields are
@@ -87,6 +91,7 @@ pub(super) async fn handle(
         Ok(first_step) => first_step,
         Err(error) => return refuse(guard, error, format),
     };
+    prepared.caller = breaker_caller(&caller);
     let permit = match admission::admit(state, &caller, &id).await {
         Ok(permit) => permit,
         Err(error) => return refuse(guard, error, format),
@@ -99,6 +104,16 @@ pub(super) async fn handle(
     };
     admission::add_rate_headers(&mut response, &rate_headers);
     response
+}
+
+/// The caller as breakers count callers: a virtual key's user (so one user's several keys
+/// are one caller), and every anonymous caller as one. Source addresses are not used: behind
+/// a load balancer or NAT they name the proxy, not the caller.
+fn breaker_caller(caller: &Caller) -> CallerTag {
+    match caller.key {
+        Some(_) => CallerTag::new(&format!("user:{}", caller.user)),
+        None => CallerTag::new("anonymous"),
+    }
 }
 
 /// `/v1/chat/completions`' own fields.
@@ -159,6 +174,7 @@ fn prepare(
         },
         stream,
         first_step: 0,
+        caller: CallerTag::new(""),
     })
 }
 
@@ -182,6 +198,7 @@ async fn route_json(
         route: &prepared.route,
         first_step: prepared.first_step,
         deadline,
+        caller: prepared.caller,
     };
     let mut run = run_chain(inputs, &mut attempter).await;
     let end = std::mem::replace(&mut run.end, ChainEnd::Exhausted);
@@ -231,6 +248,7 @@ async fn route_stream(
         route: &prepared.route,
         first_step: prepared.first_step,
         deadline,
+        caller: prepared.caller,
     };
     let mut run = run_chain(inputs, &mut attempter).await;
     match std::mem::replace(&mut run.end, ChainEnd::Exhausted) {

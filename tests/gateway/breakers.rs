@@ -348,10 +348,11 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    // The first open lasts `cooldown_min`: pinned to a minute here, to read it back.
     let gateway = two_step_with(
         &primary,
         &secondary,
-        "consecutive_failures = 2\ncooldown = \"60s\"",
+        "consecutive_failures = 2\ncooldown = \"60s\"\ncooldown_min = \"60s\"",
     )
     .await;
     for _ in 0..2 {

@@ -95,6 +95,7 @@ async fn run(
         route: &config.routes[0],
         first_step: 0,
         deadline: started + config.retry.request_deadline,
+        caller: crate::router::breaker::CallerTag::new("test"),
     };
     let run = run_chain(inputs, &mut attempter).await;
     (run, attempter.calls, started.elapsed())

@@ -171,6 +171,7 @@ impl Harness {
             route,
             first_step: 0,
             deadline: Instant::now() + self.config.retry.request_deadline,
+            caller: crate::router::breaker::CallerTag::new("test"),
         };
         run_chain(inputs, &mut fleet.clone()).await
     }
