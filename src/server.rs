@@ -61,7 +61,7 @@ pub struct Shared {
     pub directory: Arc<Directory>,
     pub limits: Limits,
     /// Every deployment's breaker and latency, shared by all requests.
-    pub health: Health,
+    pub health: Arc<Health>,
     pub telemetry: Telemetry,
     /// The admin API's bearer token; `None` turns the admin API off.
     pub admin_token: Option<Secret>,
@@ -152,7 +152,7 @@ impl AppState {
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
-        let health = Health::new(config.breaker.clone());
+        let health = Arc::new(Health::new(config.breaker.clone()));
         let shared = Shared {
             config,
             routes,

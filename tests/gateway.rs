@@ -5,6 +5,7 @@ mod gateway {
     pub mod services;
     pub mod support;
 
+    mod breaker_judgement;
     mod breakers;
     mod cross_vendor;
     mod dashboard;

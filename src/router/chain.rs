@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
-use super::health::{Health, Permit, Tried};
+use super::health::{Deferred, Health, Permit, Tried};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
 use crate::telemetry::AttemptRecord;
@@ -64,6 +64,12 @@ pub trait Attempter {
         key: Option<&KeyLease>,
         timeout: Duration,
     ) -> impl Future<Output = Attempt<Self::Output>> + Send;
+
+    /// Whether serving is the whole story. A stream is served once it commits, but can still
+    /// break mid-answer: its verdict is left to whoever forwards it, as [`ChainRun::deferred`].
+    fn judged_when_served(&self) -> bool {
+        true
+    }
 }
 
 /// How a chain ended.
@@ -86,6 +92,8 @@ pub struct ChainRun<T> {
     /// The deployment whose answer ended the chain: the one that served, or whose error the
     /// client gets. A step may have several, so the step index alone does not say.
     pub answered_by: Option<Deployment>,
+    /// The served attempt's breaker verdict, when the attempter leaves it for later.
+    pub deferred: Option<Deferred>,
 }
 
 impl<T> ChainRun<T> {
@@ -145,6 +153,7 @@ pub async fn run_chain<A: Attempter>(
             attempts: Vec::new(),
             upstream_time: Duration::ZERO,
             answered_by: None,
+            deferred: None,
         },
         total_attempts: 0,
     };
@@ -269,7 +278,11 @@ impl<T> Walk<'_, T> {
                 let record = record(index, deployment, None, Some(200), latency);
                 self.run.attempts.push(record);
                 let caller = self.inputs.caller;
-                permit.finish(Verdict::Success, Some(latency), None, caller);
+                if attempter.judged_when_served() {
+                    permit.finish(Verdict::Success, Some(latency), None, caller);
+                } else {
+                    self.run.deferred = Some(permit.defer(Some(latency), caller));
+                }
                 self.run.end = ChainEnd::Served {
                     step: index,
                     output,

@@ -164,6 +164,25 @@ impl Permit<'_> {
                 breaker.bench(now + bench);
             }
         }
+        self.observe(&mut table, latency, now);
+    }
+
+    /// Reports a served attempt whose verdict must wait (a stream, which can still break
+    /// mid-answer): the latency sample now, the verdict through the returned [`Deferred`].
+    /// Until then a probe stays in flight, so a deployment that cuts its streams gets one
+    /// broken answer through, not a burst of them.
+    pub fn defer(mut self, latency: Option<Duration>, caller: CallerTag) -> Deferred {
+        let now = Instant::now();
+        let mut table = self.health.lock();
+        self.observe(&mut table, latency, now);
+        Deferred {
+            id: self.id.clone(),
+            ticket: self.ticket.take(),
+            caller,
+        }
+    }
+
+    fn observe(&self, table: &mut Table, latency: Option<Duration>, now: Instant) {
         if let Some(sample) = latency.filter(|_| self.track_latency) {
             let endpoint = (self.id.provider.clone(), self.id.model.clone());
             match table.latency.get_mut(&endpoint) {
@@ -171,6 +190,51 @@ impl Permit<'_> {
                 None => {
                     table.latency.insert(endpoint, Ewma::new(sample, now));
                 }
+            }
+        }
+    }
+}
+
+/// A served attempt's verdict, still to come: hand it to [`PendingVerdict`] to settle it.
+#[derive(Debug)]
+pub struct Deferred {
+    id: DeploymentId,
+    ticket: Option<Ticket>,
+    caller: CallerTag,
+}
+
+/// A committed stream's verdict, given when the stream ends: a success only if it ended
+/// well. Dropped unsettled (the client went away), it says nothing about the provider and
+/// frees a probe's slot.
+pub struct PendingVerdict {
+    health: Arc<Health>,
+    deferred: Deferred,
+}
+
+impl PendingVerdict {
+    /// Holds `deferred` until the stream ends.
+    pub fn new(health: Arc<Health>, deferred: Deferred) -> PendingVerdict {
+        PendingVerdict { health, deferred }
+    }
+
+    /// Gives the verdict.
+    pub fn settle(mut self, verdict: Verdict) {
+        let Some(ticket) = self.deferred.ticket.take() else {
+            return;
+        };
+        let mut table = self.health.lock();
+        if let Some(breaker) = table.breakers.get_mut(&self.deferred.id) {
+            breaker.record(Instant::now(), ticket, verdict, self.deferred.caller);
+        }
+    }
+}
+
+impl Drop for PendingVerdict {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.deferred.ticket.take() {
+            let mut table = self.health.lock();
+            if let Some(breaker) = table.breakers.get_mut(&self.deferred.id) {
+                breaker.cancel(ticket);
             }
         }
     }

@@ -1,5 +1,8 @@
 //! Forwarding a committed stream: event by event, never switching provider, and ending
 //! every failure with an error event in the client's format instead of a silent truncation.
+//!
+//! The stream's end is also the served attempt's verdict: a stream the provider breaks
+//! mid-answer is that deployment's failure, for its breaker and in the attempt's record.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -11,6 +14,9 @@ use tokio::time::timeout;
 use crate::limits::Permit;
 use crate::providers::sse::SseError;
 use crate::providers::{StreamState, Translated, Usage};
+use crate::router::FailureClass;
+use crate::router::breaker::Verdict;
+use crate::router::health::PendingVerdict;
 use crate::router::upstream::CommittedStream;
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
@@ -23,6 +29,9 @@ pub struct StreamForwarder {
     /// before `guard` so that on a disconnect it is released before the record is sent.
     permit: Option<Permit>,
     guard: Option<RecordGuard>,
+    /// The breaker's verdict on the served attempt, given when the stream ends; dropped
+    /// unsettled if the client goes first.
+    verdict: Option<PendingVerdict>,
     idle_timeout: Duration,
 }
 
@@ -32,6 +41,7 @@ impl StreamForwarder {
         mut stream: CommittedStream,
         mut guard: RecordGuard,
         permit: Permit,
+        verdict: Option<PendingVerdict>,
         idle_timeout: Duration,
     ) -> StreamForwarder {
         let pending = std::mem::take(&mut stream.first).into();
@@ -44,6 +54,7 @@ impl StreamForwarder {
             pending,
             permit: Some(permit),
             guard: Some(guard),
+            verdict,
             idle_timeout,
         }
     }
@@ -65,16 +76,25 @@ impl StreamForwarder {
             self.guard.as_ref()?;
             let event = match timeout(self.idle_timeout, self.stream.reader.next_event()).await {
                 Err(_) => {
-                    return self.fail("stream_idle_timeout", "the upstream stalled mid-stream");
+                    return self.fail(
+                        FailureClass::Timeout,
+                        "stream_idle_timeout",
+                        "the upstream stalled mid-stream",
+                    );
                 }
                 Ok(Err(SseError::Transport(_))) => {
                     return self.fail(
+                        FailureClass::Reset,
                         "connection_reset",
                         "the upstream connection broke mid-stream",
                     );
                 }
                 Ok(Err(_)) => {
-                    return self.fail("malformed_event", "the upstream sent a malformed event");
+                    return self.fail(
+                        FailureClass::Malformed,
+                        "malformed_event",
+                        "the upstream sent a malformed event",
+                    );
                 }
                 Ok(Ok(None)) => {
                     let translated = self.stream.translator.end();
@@ -105,42 +125,71 @@ impl StreamForwarder {
             StreamState::Done => {
                 self.pending.extend(frames);
                 self.update(|record| record.partial = false);
+                self.judge(None);
                 self.finish();
             }
-            StreamState::UpstreamError { .. } => {
+            StreamState::UpstreamError { overloaded, .. } => {
                 // The translator ended the client's stream with its own error event.
                 self.pending.extend(frames);
                 self.update(|record| {
                     record.outcome = Outcome::Error;
                     record.error = Some("upstream_stream_error".into());
                 });
+                self.judge(Some(if overloaded {
+                    FailureClass::Overloaded
+                } else {
+                    FailureClass::ServerError
+                }));
                 self.finish();
             }
             StreamState::Malformed => {
-                let frame = self.fail("malformed_event", "the upstream sent a malformed event");
+                let frame = self.fail(
+                    FailureClass::Malformed,
+                    "malformed_event",
+                    "the upstream sent a malformed event",
+                );
                 self.pending.extend(frame);
             }
             StreamState::Truncated => {
                 let frame = self.fail(
+                    FailureClass::Reset,
                     "truncated",
-                    "the upstream stream ended without its end marker",
+                    "the upstream stream ended before the answer finished",
                 );
                 self.pending.extend(frame);
             }
         }
     }
 
-    /// Ends the stream with an error event in the client's format.
-    fn fail(&mut self, code: &str, message: &str) -> Option<Bytes> {
+    /// Ends the stream with an error event in the client's format; `class` is what the
+    /// break says about the provider.
+    fn fail(&mut self, class: FailureClass, code: &str, message: &str) -> Option<Bytes> {
         self.guard.as_ref()?;
         self.update(|record| {
             record.outcome = Outcome::Error;
             record.partial = true;
             record.error = Some(code.to_owned());
         });
+        self.judge(Some(class));
         self.finish();
         Some(self.stream.translator.error_event(message, code))
     }
+
+    /// Settles the served attempt: its breaker's verdict, and its failure class in the
+    /// record, which the attempt metrics and the scorecard read.
+    fn judge(&mut self, failure: Option<FailureClass>) {
+        if let Some(class) = failure {
+            self.update(|record| {
+                if let Some(served) = record.attempts.last_mut() {
+                    served.failure = Some(class);
+                }
+            });
+        }
+        if let Some(verdict) = self.verdict.take() {
+            verdict.settle(Verdict::of(failure));
+        }
+    }
+
     fn update(&mut self, change: impl FnOnce(&mut RequestRecord)) {
         if let Some(guard) = self.guard.as_mut() {
             change(guard.record());
