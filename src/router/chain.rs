@@ -3,6 +3,7 @@
 //! breakers hold open.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,7 +13,7 @@ use tokio::time::Instant;
 
 use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
-use super::health::{Deferred, Health, Permit, Tried};
+use super::health::{Health, PendingVerdict, Permit, Tried};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
 use crate::telemetry::AttemptRecord;
@@ -66,7 +67,7 @@ pub trait Attempter {
     ) -> impl Future<Output = Attempt<Self::Output>> + Send;
 
     /// Whether serving is the whole story. A stream is served once it commits, but can still
-    /// break mid-answer: its verdict is left to whoever forwards it, as [`ChainRun::deferred`].
+    /// break mid-answer: its verdict is left to whoever forwards it, as [`ChainRun::verdict`].
     fn judged_when_served(&self) -> bool {
         true
     }
@@ -93,7 +94,7 @@ pub struct ChainRun<T> {
     /// client gets. A step may have several, so the step index alone does not say.
     pub answered_by: Option<Deployment>,
     /// The served attempt's breaker verdict, when the attempter leaves it for later.
-    pub deferred: Option<Deferred>,
+    pub verdict: Option<PendingVerdict>,
 }
 
 impl<T> ChainRun<T> {
@@ -111,7 +112,7 @@ pub struct ChainInputs<'a> {
     pub config: &'a Config,
     pub keys: &'a KeyRing,
     /// Breakers, latency estimates and balancing state, shared by every request.
-    pub health: &'a Health,
+    pub health: &'a Arc<Health>,
     pub route: &'a Route,
     /// The first step to try: 1 when an operator forces a fallback.
     pub first_step: usize,
@@ -153,7 +154,7 @@ pub async fn run_chain<A: Attempter>(
             attempts: Vec::new(),
             upstream_time: Duration::ZERO,
             answered_by: None,
-            deferred: None,
+            verdict: None,
         },
         total_attempts: 0,
     };
@@ -281,7 +282,9 @@ impl<T> Walk<'_, T> {
                 if attempter.judged_when_served() {
                     permit.finish(Verdict::Success, Some(latency), None, caller);
                 } else {
-                    self.run.deferred = Some(permit.defer(Some(latency), caller));
+                    let deferred = permit.defer(Some(latency), caller);
+                    let health = Arc::clone(self.inputs.health);
+                    self.run.verdict = Some(PendingVerdict::new(health, deferred));
                 }
                 self.run.end = ChainEnd::Served {
                     step: index,

@@ -195,7 +195,8 @@ impl Permit<'_> {
     }
 }
 
-/// A served attempt's verdict, still to come: hand it to [`PendingVerdict`] to settle it.
+/// A served attempt's verdict, still to come. It holds the attempt's ticket, so it must
+/// go straight into a [`PendingVerdict`], which gives the ticket back if never settled.
 #[derive(Debug)]
 pub struct Deferred {
     id: DeploymentId,

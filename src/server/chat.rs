@@ -24,7 +24,6 @@ use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
 use crate::router::breaker::CallerTag;
 use crate::router::chain::{ChainInputs, describe_failures};
-use crate::router::health::PendingVerdict;
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, resolve_route, run_chain};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
@@ -275,10 +274,7 @@ async fn route_stream(
                 HeaderValue::from_static("text/event-stream"),
             );
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-            let verdict = run
-                .deferred
-                .take()
-                .map(|deferred| PendingVerdict::new(state.health.clone(), deferred));
+            let verdict = run.verdict.take();
             let forwarder = StreamForwarder::new(
                 output,
                 guard,

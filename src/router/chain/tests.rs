@@ -82,7 +82,7 @@ async fn run(
     script: Vec<(Duration, u16, Option<&'static str>)>,
 ) -> (ChainRun<()>, Vec<String>, Duration) {
     let keys = KeyRing::default();
-    let health = Health::new(config.breaker.clone());
+    let health = std::sync::Arc::new(Health::new(config.breaker.clone()));
     let started = Instant::now();
     let mut attempter = Scripted {
         script: script.into(),
