@@ -175,11 +175,7 @@ impl Permit<'_> {
         let now = Instant::now();
         let mut table = self.health.lock();
         self.observe(&mut table, latency, now);
-        Deferred {
-            id: self.id.clone(),
-            ticket: self.ticket.take(),
-            caller,
-        }
+        Deferred::new(self.id.clone(), self.ticket.take(), caller)
     }
 
     fn observe(&self, table: &mut Table, latency: Option<Duration>, now: Instant) {
@@ -190,52 +186,6 @@ impl Permit<'_> {
                 None => {
                     table.latency.insert(endpoint, Ewma::new(sample, now));
                 }
-            }
-        }
-    }
-}
-
-/// A served attempt's verdict, still to come. It holds the attempt's ticket, so it must
-/// go straight into a [`PendingVerdict`], which gives the ticket back if never settled.
-#[derive(Debug)]
-pub struct Deferred {
-    id: DeploymentId,
-    ticket: Option<Ticket>,
-    caller: CallerTag,
-}
-
-/// A committed stream's verdict, given when the stream ends: a success only if it ended
-/// well. Dropped unsettled (the client went away), it says nothing about the provider and
-/// frees a probe's slot.
-pub struct PendingVerdict {
-    health: Arc<Health>,
-    deferred: Deferred,
-}
-
-impl PendingVerdict {
-    /// Holds `deferred` until the stream ends.
-    pub fn new(health: Arc<Health>, deferred: Deferred) -> PendingVerdict {
-        PendingVerdict { health, deferred }
-    }
-
-    /// Gives the verdict.
-    pub fn settle(mut self, verdict: Verdict) {
-        let Some(ticket) = self.deferred.ticket.take() else {
-            return;
-        };
-        let mut table = self.health.lock();
-        if let Some(breaker) = table.breakers.get_mut(&self.deferred.id) {
-            breaker.record(Instant::now(), ticket, verdict, self.deferred.caller);
-        }
-    }
-}
-
-impl Drop for PendingVerdict {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.deferred.ticket.take() {
-            let mut table = self.health.lock();
-            if let Some(breaker) = table.breakers.get_mut(&self.deferred.id) {
-                breaker.cancel(ticket);
             }
         }
     }
@@ -577,6 +527,10 @@ fn pick(
         }
     }
 }
+
+mod verdict;
+
+pub use verdict::{Deferred, PendingVerdict};
 
 #[cfg(test)]
 mod tests;
