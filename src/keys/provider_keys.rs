@@ -34,7 +34,7 @@ pub enum KeyError {
     NothingToRollBack { provider: String, key_id: String },
     #[error("`{0}` has several keys: name one with --id")]
     AmbiguousKey(String),
-    #[error("expires_in must be more than 0 and at most {MAX_EXPIRES_IN_DAYS}d")]
+    #[error("expires_in (--expires) must be more than 0 and at most {MAX_EXPIRES_IN_DAYS}d")]
     BadExpiry,
 }
 
