@@ -372,6 +372,7 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
     assert_eq!(entry["window"]["failures"], 2);
     let next = entry["next_probe_in_ms"].as_u64().unwrap();
     assert!(next > 50_000 && next <= 60_000, "{entry}");
+    assert_eq!(entry["cooldown_ms"], 60_000);
     let metrics = metrics_text(&gateway).await;
     assert!(
         metrics.contains(r#"switchyard_breaker_state{provider="primary",model="model-a"} 2"#),
