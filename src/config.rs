@@ -313,7 +313,14 @@ pub struct BreakerConfig {
     pub failure_rate: f64,
     pub window: Duration,
     pub min_requests: u32,
+    /// The longest an open breaker waits before a probe: failed probes double the wait up
+    /// to this.
     pub cooldown: Duration,
+    /// How long a breaker first stays open, and again after a probe succeeded.
+    pub cooldown_min: Duration,
+    /// Distinct callers whose failures it takes to open, unless no other caller has been
+    /// served within the window.
+    pub min_callers: u32,
 }
 
 /// One problem in a config file, with the path of the field at fault.

@@ -64,7 +64,7 @@ pub struct Shared {
     pub directory: Arc<Directory>,
     pub limits: Limits,
     /// Every deployment's breaker and latency, shared by all requests.
-    pub health: Health,
+    pub health: Arc<Health>,
     pub telemetry: Telemetry,
     /// The admin API's bearer token; `None` turns the admin API off.
     pub admin_token: Option<Secret>,
@@ -198,7 +198,7 @@ impl AppState {
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
-        let health = Health::new(config.breaker.clone());
+        let health = Arc::new(Health::new(config.breaker.clone()));
         let shared = Shared {
             config,
             routes,
@@ -519,6 +519,12 @@ async fn models(
 
 async fn metrics(State(state): State<AppState>) -> Response {
     admin::breakers::export(&state);
+    let unreadable = i64::try_from(state.keys.unreadable_rows()).unwrap_or(i64::MAX);
+    state
+        .telemetry
+        .metrics
+        .provider_keys_unreadable
+        .set(unreadable);
     let body = state.telemetry.metrics.render();
     (
         [(

@@ -59,7 +59,8 @@ pub struct AttemptRecord {
     pub step: usize,
     pub provider: ProviderId,
     pub model: ModelName,
-    /// `None` when this attempt served the request.
+    /// `None` when this attempt served the request (a stream: to its end; one that broke
+    /// after it began carries the class of the break).
     pub failure: Option<FailureClass>,
     pub status: Option<u16>,
     pub latency: Duration,

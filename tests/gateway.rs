@@ -7,11 +7,13 @@ mod gateway {
 
     mod access;
     mod bounds;
+    mod breaker_judgement;
     mod breakers;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;
     mod fallback;
+    mod key_rows;
     mod keys;
     mod lifecycle;
     mod limits;
@@ -22,6 +24,7 @@ mod gateway {
     mod readme;
     mod redis_faults;
     mod secrets;
+    mod stream_ends;
     mod streaming;
     pub mod telemetry;
 }

@@ -213,4 +213,6 @@ pub struct RawBreaker {
     pub window: Option<String>,
     pub min_requests: Option<u32>,
     pub cooldown: Option<String>,
+    pub cooldown_min: Option<String>,
+    pub min_callers: Option<u32>,
 }

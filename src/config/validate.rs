@@ -1,6 +1,7 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
 mod access;
+mod breaker;
 mod lease;
 mod location;
 mod server;
@@ -107,7 +108,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let providers = providers(&mut errors, raw.providers);
     let routes = routes(&mut errors, raw.routes, &providers);
     let retry = retry(&mut errors, raw.retry);
-    let breaker = breaker(&mut errors, raw.breaker);
+    let breaker = breaker::breaker(&mut errors, raw.breaker);
     let keys = KeysConfig {
         rollback_window: errors.duration(
             "keys.rollback_window",
@@ -433,34 +434,6 @@ fn backoff(errors: &mut Errors, raw: &RawRetry) -> Backoff {
         errors.add(field, e.to_string());
         Backoff::DEFAULT
     })
-}
-
-fn breaker(errors: &mut Errors, raw: RawBreaker) -> BreakerConfig {
-    let breaker = BreakerConfig {
-        consecutive_failures: raw.consecutive_failures.unwrap_or(5),
-        failure_rate: raw.failure_rate.unwrap_or(0.5),
-        window: errors.duration(
-            "breaker.window",
-            raw.window.as_deref(),
-            Duration::from_secs(60),
-        ),
-        min_requests: raw.min_requests.unwrap_or(20),
-        cooldown: errors.duration(
-            "breaker.cooldown",
-            raw.cooldown.as_deref(),
-            Duration::from_secs(60),
-        ),
-    };
-    if !(breaker.failure_rate > 0.0 && breaker.failure_rate <= 1.0) {
-        errors.add("breaker.failure_rate", "must be in (0, 1]");
-    }
-    if breaker.window.is_zero() {
-        errors.add("breaker.window", "must be greater than 0");
-    }
-    if breaker.consecutive_failures == 0 {
-        errors.add("breaker.consecutive_failures", "must be at least 1");
-    }
-    breaker
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Provider keys as operators manage them: put (and rotate), roll back, remove, list, all
 //! through the store, sealed by the vault; and the gateway's ring, reloaded from the store.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -32,7 +34,13 @@ pub enum KeyError {
     NothingToRollBack { provider: String, key_id: String },
     #[error("`{0}` has several keys: name one with --id")]
     AmbiguousKey(String),
+    #[error("expires_in (--expires) must be more than 0 and at most {MAX_EXPIRES_IN_DAYS}d")]
+    BadExpiry,
 }
+
+/// The furthest a key's expiry may lie ahead: a hundred years is "never" in practice, and
+/// dates stay well inside what the store and `keys list` can hold.
+pub const MAX_EXPIRES_IN_DAYS: u64 = 36_500;
 
 /// A key as `keys list` and `GET /admin/keys` show it: never the secret, at most its last 4.
 #[derive(Clone, Debug, Serialize)]
@@ -60,6 +68,10 @@ pub struct ProviderKeys {
     rollback_window: Duration,
     /// What requests pick from: the usable keys, opened.
     pub ring: KeyRing,
+    /// Rows the last reload could not decrypt, and every row already reported, so each is
+    /// logged once however often the store reloads.
+    unreadable: AtomicUsize,
+    reported: Mutex<HashSet<(String, String, i64)>>,
 }
 
 impl ProviderKeys {
@@ -78,6 +90,8 @@ impl ProviderKeys {
             providers: config.providers.iter().map(|p| p.id.clone()).collect(),
             rollback_window: config.keys.rollback_window,
             ring: KeyRing::default(),
+            unreadable: AtomicUsize::new(0),
+            reported: Mutex::new(HashSet::new()),
         })
     }
 
@@ -150,7 +164,7 @@ impl ProviderKeys {
             key_id: key_id.to_owned(),
             sealed: self.vault.seal(provider, key_id, secret)?,
             weight,
-            expires_ms: expires_in.map(|d| now_ms() + d.as_millis() as i64),
+            expires_ms: expires_in.map(|d| expires_at(now_ms(), d)).transpose()?,
         };
         Ok(self.store.put_provider_key(key).await?)
     }
@@ -203,17 +217,21 @@ impl ProviderKeys {
             if row.state != KeyState::Active {
                 continue;
             }
-            let secret = self.vault.open(&row.provider, &row.key_id, &row.sealed)?;
+            // An unreadable row is listed, so the operator can see it and rotate or remove it.
+            let opened = self.vault.open(&row.provider, &row.key_id, &row.sealed);
+            let readable = opened.is_ok();
             views.push(KeyView {
                 provider: row.provider.clone(),
                 id: row.key_id.clone(),
                 version: row.version,
-                secret: mask(secret.expose()),
+                secret: opened.map_or_else(|_| "(unreadable)".into(), |s| mask(s.expose())),
                 weight: row.weight,
                 created_ms: first_created,
                 rotated_ms: (row.version > 1).then_some(row.created_ms),
                 expires_ms: row.expires_ms,
-                state: if row.usable(now_ms()) {
+                state: if !readable {
+                    "unreadable"
+                } else if row.usable(now_ms()) {
                     "active"
                 } else {
                     "expired"
@@ -225,15 +243,28 @@ impl ProviderKeys {
     }
 
     /// Loads the store's usable keys into the ring.
+    ///
+    /// A row that does not decrypt (sealed under another master key, or damaged) is skipped
+    /// and reported, never fatal: one bad row must not stop every other key, and the virtual
+    /// keys loaded after them, from reaching the gateway.
     pub async fn reload(&self) -> Result<(), KeyError> {
         let now = now_ms();
         let mut loaded = Vec::new();
+        let mut unreadable = 0;
         for row in self.store.provider_keys().await? {
             if !row.usable(now) {
                 continue;
             }
+            let secret = match self.vault.open(&row.provider, &row.key_id, &row.sealed) {
+                Ok(secret) => secret,
+                Err(error) => {
+                    unreadable += 1;
+                    self.report_unreadable(&row.provider, &row.key_id, row.version, &error);
+                    continue;
+                }
+            };
             loaded.push(LoadedKey {
-                secret: self.vault.open(&row.provider, &row.key_id, &row.sealed)?,
+                secret,
                 provider: ProviderId(row.provider.as_str().into()),
                 id: row.key_id,
                 version: row.version,
@@ -242,7 +273,28 @@ impl ProviderKeys {
             });
         }
         self.ring.replace_all(loaded);
+        self.unreadable.store(unreadable, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// How many usable rows the last reload could not decrypt (and so skipped).
+    pub fn unreadable_rows(&self) -> usize {
+        self.unreadable.load(Ordering::Relaxed)
+    }
+
+    fn report_unreadable(&self, provider: &str, key_id: &str, version: i64, error: &VaultError) {
+        let row = (provider.to_owned(), key_id.to_owned(), version);
+        // Poison only means a panic mid-insert; the set is still a set.
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        if reported.insert(row) {
+            tracing::error!(
+                provider,
+                key_id,
+                version,
+                error = %error,
+                "a provider key does not decrypt under this master key; it is skipped until rotated or removed"
+            );
+        }
     }
 
     /// Deletes expired keys and history older than the rollback window.
@@ -256,8 +308,10 @@ impl ProviderKeys {
     async fn open_current(&self) -> Result<HashMap<(String, String), Secret>, KeyError> {
         let mut current = HashMap::new();
         for row in self.store.provider_keys().await? {
-            if row.state == KeyState::Active {
-                let secret = self.vault.open(&row.provider, &row.key_id, &row.sealed)?;
+            // An unreadable row counts as absent, so seeding replaces it with a readable one.
+            if row.state == KeyState::Active
+                && let Ok(secret) = self.vault.open(&row.provider, &row.key_id, &row.sealed)
+            {
                 current.insert((row.provider, row.key_id), secret);
             }
         }
@@ -295,6 +349,17 @@ impl ProviderKeys {
             Err(KeyError::UnknownProvider(provider.to_owned()))
         }
     }
+}
+
+/// When a key put now with `expires_in` expires, or why it cannot.
+fn expires_at(now_ms: i64, expires_in: Duration) -> Result<i64, KeyError> {
+    let max = Duration::from_secs(MAX_EXPIRES_IN_DAYS * 86_400);
+    if expires_in.is_zero() || expires_in > max {
+        return Err(KeyError::BadExpiry);
+    }
+    // At most a hundred years in milliseconds: far inside an i64.
+    let millis = i64::try_from(expires_in.as_millis()).map_err(|_| KeyError::BadExpiry)?;
+    now_ms.checked_add(millis).ok_or(KeyError::BadExpiry)
 }
 
 /// `keys list`: one key a line, its secret masked.
@@ -345,7 +410,27 @@ pub fn mask(secret: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::mask;
+    use super::*;
+
+    #[test]
+    fn an_expiry_must_be_ahead_and_within_a_hundred_years() {
+        let now = 1_700_000_000_000;
+        let day = Duration::from_secs(86_400);
+        assert_eq!(expires_at(now, day).unwrap(), now + 86_400_000);
+        assert!(expires_at(now, day * 36_500).is_ok());
+        for bad in [
+            Duration::ZERO,
+            day * 36_501,
+            // What `200000000000d` parses to: it used to wrap into the past.
+            Duration::from_millis(200_000_000_000 * 86_400_000),
+            Duration::MAX,
+        ] {
+            assert!(
+                matches!(expires_at(now, bad), Err(KeyError::BadExpiry)),
+                "{bad:?}"
+            );
+        }
+    }
 
     #[test]
     fn masks_show_at_most_the_last_four_characters() {

@@ -135,7 +135,7 @@ pub(crate) fn translator(request: &ClientRequest) -> Box<dyn StreamTranslator> {
     match request.format {
         ClientFormat::OpenAi => Box::new(stream::Passthrough::new(!request.asked_stream_usage())),
         ClientFormat::Anthropic => Box::new(Translating::new(
-            stream::OpenAiSource,
+            stream::OpenAiSource::default(),
             inbound_stream::AnthropicSink::default(),
         )),
     }
@@ -197,8 +197,11 @@ pub fn probe_completion(body: &[u8]) -> Option<Option<Usage>> {
 /// What one streamed chunk says, as far as the gateway cares.
 #[derive(Debug, PartialEq, Eq)]
 pub enum ChunkKind {
-    /// Content (or role, or finish reason): forward it.
+    /// Content (or role): forward it.
     Content,
+    /// A chunk whose choice carries a finish reason: the answer is whole from here on, even
+    /// if the server then closes without `[DONE]`, as several compatible servers do.
+    Finish,
     /// The final usage-only chunk (`choices: []`).
     UsageOnly(Usage),
     /// The terminal `[DONE]` marker.
@@ -209,9 +212,15 @@ pub enum ChunkKind {
 
 #[derive(Deserialize)]
 struct ChunkProbe {
-    choices: Option<Vec<IgnoredAny>>,
+    choices: Option<Vec<ChoiceProbe>>,
     usage: Option<Usage>,
     error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceProbe {
+    #[serde(default)]
+    finish_reason: Option<IgnoredAny>,
 }
 
 /// Reads one streamed event's data; `None` when it is not a valid chunk.
@@ -226,6 +235,9 @@ pub fn probe_chunk(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
     match (chunk.choices, chunk.usage) {
         (Some(choices), Some(usage)) if choices.is_empty() => {
             Some((ChunkKind::UsageOnly(usage), Some(usage)))
+        }
+        (Some(choices), usage) if choices.iter().any(|c| c.finish_reason.is_some()) => {
+            Some((ChunkKind::Finish, usage))
         }
         (Some(_), usage) => Some((ChunkKind::Content, usage)),
         (None, _) => None,
@@ -295,5 +307,13 @@ mod tests {
             Some((ChunkKind::Error, None))
         );
         assert_eq!(probe_chunk("{not json"), None);
+        assert_eq!(
+            probe_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
+            Some((ChunkKind::Finish, None))
+        );
+        assert_eq!(
+            probe_chunk(r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#),
+            Some((ChunkKind::Content, None))
+        );
     }
 }

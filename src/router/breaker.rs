@@ -6,8 +6,11 @@
 //!
 //! - *Closed* admits everything. It opens after `consecutive_failures` failures in a row, or
 //!   when failures reach `failure_rate` of the requests in the last `window` (with at least
-//!   `min_requests` of them).
-//! - *Open* refuses until `cooldown` has passed since it opened.
+//!   `min_requests` of them), but only if those failures came from at least `min_callers`
+//!   distinct callers, or no other caller was served within the `window`: one caller's bad
+//!   requests must not send everyone else to the fallback.
+//! - *Open* refuses for a cooldown: `cooldown_min` the first time, doubled by each failed
+//!   probe up to `cooldown`, and back to `cooldown_min` once a probe succeeds.
 //! - *Half-open* admits exactly one probe: success closes it, failure opens it again. A probe
 //!   whose request was cancelled, or whose answer says nothing about the provider's health,
 //!   frees the slot for the next request.
@@ -16,12 +19,16 @@
 //! was issued in, and a result from an earlier epoch (a slow request admitted while closed
 //! that returns after the breaker opened) is ignored.
 
+mod callers;
+
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::classify::FailureClass;
 use crate::config::BreakerConfig;
+pub use callers::CallerTag;
+use callers::RecentCallers;
 
 /// Where a breaker stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -226,6 +233,8 @@ pub struct BreakerView {
     pub benched_for: Option<Duration>,
     /// How many times it has opened since start (or the last reset).
     pub times_opened: u64,
+    /// How long it stays open this time (or would, if it opened now).
+    pub cooldown: Duration,
 }
 
 /// One deployment's breaker.
@@ -238,13 +247,22 @@ pub struct Breaker {
     window: Window,
     benched_until: Option<Instant>,
     times_opened: u64,
+    /// The current open's cooldown, or the next one's when closed.
+    cooldown: Duration,
+    /// Recent callers whose requests failed, and whose requests were served, while closed.
+    failing: RecentCallers,
+    served: RecentCallers,
 }
 
 impl Breaker {
     /// A closed breaker.
     pub fn new(settings: BreakerConfig, now: Instant) -> Breaker {
+        let callers = settings.min_callers as usize;
         Breaker {
             window: Window::new(settings.window, now),
+            cooldown: settings.cooldown_min,
+            failing: RecentCallers::new(callers),
+            served: RecentCallers::new(callers),
             settings,
             state: State::Closed,
             epoch: 0,
@@ -314,27 +332,41 @@ impl Breaker {
         }
     }
 
-    /// Takes an admitted attempt's result into account.
-    pub fn record(&mut self, now: Instant, ticket: Ticket, verdict: Verdict) {
+    /// Takes the result of an attempt admitted for `caller` into account.
+    pub fn record(&mut self, now: Instant, ticket: Ticket, verdict: Verdict, caller: CallerTag) {
         if ticket.epoch != self.epoch {
             // Admitted under an earlier state; the breaker has moved on since.
             return;
         }
         match (self.state, ticket.probe) {
+            // A probe is judged alone, whoever sent it: it is the only request let through.
             (State::HalfOpen { probing: true }, true) => match verdict {
-                Verdict::Success => self.close(),
-                Verdict::Failure => self.open(now),
+                Verdict::Success => {
+                    self.cooldown = self.settings.cooldown_min;
+                    self.close();
+                }
+                Verdict::Failure => {
+                    self.cooldown = self
+                        .cooldown
+                        .saturating_mul(2)
+                        .min(self.settings.cooldown)
+                        .max(self.settings.cooldown_min);
+                    self.open(now);
+                }
                 Verdict::Neutral => self.state = State::HalfOpen { probing: false },
             },
             (State::Closed, false) => match verdict {
                 Verdict::Success => {
                     self.consecutive = 0;
                     self.window.add(now, false);
+                    self.served.note(caller, now);
                 }
                 Verdict::Failure => {
                     self.consecutive = self.consecutive.saturating_add(1);
                     self.window.add(now, true);
+                    self.failing.note(caller, now);
                     if self.tripped(now) {
+                        self.cooldown = self.settings.cooldown_min;
                         self.open(now);
                     }
                 }
@@ -362,6 +394,7 @@ impl Breaker {
 
     /// Closes it and forgets its history, as an operator's reset does.
     pub fn reset(&mut self) {
+        self.cooldown = self.settings.cooldown_min;
         self.close();
         self.benched_until = None;
         self.times_opened = 0;
@@ -387,6 +420,7 @@ impl Breaker {
                 .filter(|until| *until > now)
                 .map(|until| until - now),
             times_opened: self.times_opened,
+            cooldown: self.cooldown,
         }
     }
 
@@ -402,7 +436,7 @@ impl Breaker {
     fn open(&mut self, now: Instant) {
         self.epoch += 1;
         self.state = State::Open {
-            until: now + self.settings.cooldown,
+            until: now + self.cooldown,
         };
         self.times_opened += 1;
     }
@@ -412,16 +446,32 @@ impl Breaker {
         self.state = State::Closed;
         self.consecutive = 0;
         self.window.clear();
+        self.failing.clear();
+        self.served.clear();
     }
 
     fn tripped(&self, now: Instant) -> bool {
-        if self.consecutive >= self.settings.consecutive_failures {
+        let (requests, failures) = self.window.counts(now);
+        let counted = self.consecutive >= self.settings.consecutive_failures
+            || (requests > 0
+                && requests >= self.settings.min_requests
+                && f64::from(failures) >= self.settings.failure_rate * f64::from(requests));
+        counted && self.callers_agree(now)
+    }
+
+    /// Whether the failures speak for more than one caller: enough distinct callers failed
+    /// within the window, or nobody else was served in it (a deployment with one caller
+    /// must still be able to open).
+    fn callers_agree(&self, now: Instant) -> bool {
+        let window = self.settings.window;
+        let failing: Vec<CallerTag> = self.failing.within(now, window).collect();
+        if failing.len() >= self.settings.min_callers as usize {
             return true;
         }
-        let (requests, failures) = self.window.counts(now);
-        requests > 0
-            && requests >= self.settings.min_requests
-            && f64::from(failures) >= self.settings.failure_rate * f64::from(requests)
+        !self
+            .served
+            .within(now, window)
+            .any(|caller| !failing.contains(&caller))
     }
 }
 

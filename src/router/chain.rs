@@ -3,6 +3,7 @@
 //! breakers hold open.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -10,9 +11,9 @@ use reqwest::StatusCode;
 use reqwest::header::HeaderValue;
 use tokio::time::Instant;
 
-use super::breaker::Verdict;
+use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
-use super::health::{Health, Permit, Tried};
+use super::health::{Health, PendingVerdict, Permit, Tried};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
 use crate::telemetry::AttemptRecord;
@@ -64,6 +65,12 @@ pub trait Attempter {
         key: Option<&KeyLease>,
         timeout: Duration,
     ) -> impl Future<Output = Attempt<Self::Output>> + Send;
+
+    /// Whether serving is the whole story. A stream is served once it commits, but can still
+    /// break mid-answer: its verdict is left to whoever forwards it, as [`ChainRun::verdict`].
+    fn judged_when_served(&self) -> bool {
+        true
+    }
 }
 
 /// How a chain ended.
@@ -86,6 +93,8 @@ pub struct ChainRun<T> {
     /// The deployment whose answer ended the chain: the one that served, or whose error the
     /// client gets. A step may have several, so the step index alone does not say.
     pub answered_by: Option<Deployment>,
+    /// The served attempt's breaker verdict, when the attempter leaves it for later.
+    pub verdict: Option<PendingVerdict>,
 }
 
 impl<T> ChainRun<T> {
@@ -103,11 +112,13 @@ pub struct ChainInputs<'a> {
     pub config: &'a Config,
     pub keys: &'a KeyRing,
     /// Breakers, latency estimates and balancing state, shared by every request.
-    pub health: &'a Health,
+    pub health: &'a Arc<Health>,
     pub route: &'a Route,
     /// The first step to try: 1 when an operator forces a fallback.
     pub first_step: usize,
     pub deadline: Instant,
+    /// Who is asking, so a breaker can tell one caller's failures from everyone's.
+    pub caller: CallerTag,
 }
 
 /// What a failed attempt leaves the loop to do.
@@ -143,6 +154,7 @@ pub async fn run_chain<A: Attempter>(
             attempts: Vec::new(),
             upstream_time: Duration::ZERO,
             answered_by: None,
+            verdict: None,
         },
         total_attempts: 0,
     };
@@ -266,7 +278,14 @@ impl<T> Walk<'_, T> {
             Attempt::Served(output) => {
                 let record = record(index, deployment, None, Some(200), latency);
                 self.run.attempts.push(record);
-                permit.finish(Verdict::Success, Some(latency), None);
+                let caller = self.inputs.caller;
+                if attempter.judged_when_served() {
+                    permit.finish(Verdict::Success, Some(latency), None, caller);
+                } else {
+                    let deferred = permit.defer(Some(latency), caller);
+                    let health = Arc::clone(self.inputs.health);
+                    self.run.verdict = Some(PendingVerdict::new(health, deferred));
+                }
                 self.run.end = ChainEnd::Served {
                     step: index,
                     output,
@@ -282,9 +301,12 @@ impl<T> Walk<'_, T> {
             .attempts
             .push(record(index, deployment, Some(class), status, latency));
 
-        // A timeout the request's own deadline cut short says nothing about the provider.
+        // A timeout says something about the provider only when it is the attempt timeout:
+        // one the request's own deadline cut short, or one that ran out the deadline while
+        // a long answer was still coming, is the request's doing.
         let silent = failure.reply.is_none() && class == FailureClass::Timeout;
-        let cut_short = silent && timeout < retry.attempt_timeout;
+        let cut_short =
+            silent && (timeout < retry.attempt_timeout || Instant::now() >= self.inputs.deadline);
         let verdict = if cut_short {
             Verdict::Neutral
         } else {
@@ -297,7 +319,7 @@ impl<T> Walk<'_, T> {
             _ => None,
         };
         let key = permit.key.clone();
-        permit.finish(verdict, sample, bench);
+        permit.finish(verdict, sample, bench, self.inputs.caller);
 
         if let (Action::ReturnToClient, Some(reply)) = (failure.action, failure.reply) {
             self.run.end = ChainEnd::Returned { step: index, reply };

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::balance::{Ewma, fastest, smooth_pick};
-use super::breaker::{Breaker, BreakerView, Refusal, Ticket, Verdict};
+use super::breaker::{Breaker, BreakerView, CallerTag, Refusal, Ticket, Verdict};
 use super::classify::FailureClass;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
@@ -145,18 +145,40 @@ impl Permit<'_> {
         self.ticket.is_some_and(Ticket::is_probe)
     }
 
-    /// Reports the attempt: its verdict to the breaker, a latency sample (for a success or
-    /// a timeout) to the estimate, and a bench (a 429's `retry-after`) if there is one.
-    pub fn finish(mut self, verdict: Verdict, latency: Option<Duration>, bench: Option<Duration>) {
+    /// Reports the attempt, made for `caller`: its verdict to the breaker, a latency sample
+    /// (for a success or a timeout) to the estimate, and a bench (a 429's `retry-after`) if
+    /// there is one.
+    pub fn finish(
+        mut self,
+        verdict: Verdict,
+        latency: Option<Duration>,
+        bench: Option<Duration>,
+        caller: CallerTag,
+    ) {
         let now = Instant::now();
         let mut table = self.health.lock();
         let breaker = table.breakers.get_mut(&self.id);
         if let (Some(ticket), Some(breaker)) = (self.ticket.take(), breaker) {
-            breaker.record(now, ticket, verdict);
+            breaker.record(now, ticket, verdict, caller);
             if let Some(bench) = bench {
                 breaker.bench(now + bench);
             }
         }
+        self.observe(&mut table, latency, now);
+    }
+
+    /// Reports a served attempt whose verdict must wait (a stream, which can still break
+    /// mid-answer): the latency sample now, the verdict through the returned [`Deferred`].
+    /// Until then a probe stays in flight, so a deployment that cuts its streams gets one
+    /// broken answer through, not a burst of them.
+    pub fn defer(mut self, latency: Option<Duration>, caller: CallerTag) -> Deferred {
+        let now = Instant::now();
+        let mut table = self.health.lock();
+        self.observe(&mut table, latency, now);
+        Deferred::new(self.id.clone(), self.ticket.take(), caller)
+    }
+
+    fn observe(&self, table: &mut Table, latency: Option<Duration>, now: Instant) {
         if let Some(sample) = latency.filter(|_| self.track_latency) {
             let endpoint = (self.id.provider.clone(), self.id.model.clone());
             match table.latency.get_mut(&endpoint) {
@@ -505,6 +527,10 @@ fn pick(
         }
     }
 }
+
+mod verdict;
+
+pub use verdict::{Deferred, PendingVerdict};
 
 #[cfg(test)]
 mod tests;

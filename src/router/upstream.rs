@@ -195,6 +195,11 @@ pub struct StreamAttempter<'a> {
 impl Attempter for StreamAttempter<'_> {
     type Output = CommittedStream;
 
+    /// A committed stream can still break mid-answer; its forwarder gives the verdict.
+    fn judged_when_served(&self) -> bool {
+        false
+    }
+
     async fn attempt(
         &mut self,
         step: &Deployment,

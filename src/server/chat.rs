@@ -19,9 +19,11 @@ use super::connection::is_body_timeout;
 use super::degraded;
 use super::error::ApiError;
 use super::stream::{StreamForwarder, StreamLimits};
+use crate::auth::Caller;
 use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
+use crate::router::breaker::CallerTag;
 use crate::router::chain::{ChainInputs, describe_failures};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, RouteError, resolve_route, run_chain};
@@ -35,6 +37,8 @@ struct Prepared {
     request: ClientRequest,
     stream: bool,
     first_step: usize,
+    /// Who asks, as breakers tell callers apart.
+    caller: CallerTag,
 }
 
 /// The endpoint a request came in on: its format, what it asks, and how its fields are
@@ -88,6 +92,7 @@ pub(super) async fn handle(
         Ok(first_step) => first_step,
         Err(error) => return refuse(guard, error, format),
     };
+    prepared.caller = breaker_caller(&caller);
     let permit = match admission::admit(state, &caller, &id).await {
         Ok(permit) => permit,
         Err(error) => return refuse(guard, error, format),
@@ -100,6 +105,16 @@ pub(super) async fn handle(
     };
     admission::add_rate_headers(&mut response, &rate_headers);
     response
+}
+
+/// The caller as breakers count callers: a virtual key's user (so one user's several keys
+/// are one caller), and every anonymous caller as one. Source addresses are not used: behind
+/// a load balancer or NAT they name the proxy, not the caller.
+fn breaker_caller(caller: &Caller) -> CallerTag {
+    match caller.key {
+        Some(_) => CallerTag::new(&format!("user:{}", caller.user)),
+        None => CallerTag::new("anonymous"),
+    }
 }
 
 /// `/v1/chat/completions`' own fields.
@@ -166,6 +181,7 @@ fn prepare(
         },
         stream,
         first_step: 0,
+        caller: CallerTag::new(""),
     })
 }
 
@@ -190,6 +206,7 @@ async fn route_json(
         route: &prepared.route,
         first_step: prepared.first_step,
         deadline,
+        caller: prepared.caller,
     };
     let mut run = run_chain(inputs, &mut attempter).await;
     let end = std::mem::replace(&mut run.end, ChainEnd::Exhausted);
@@ -241,6 +258,7 @@ async fn route_stream(
         route: &prepared.route,
         first_step: prepared.first_step,
         deadline,
+        caller: prepared.caller,
     };
     let mut run = run_chain(inputs, &mut attempter).await;
     match std::mem::replace(&mut run.end, ChainEnd::Exhausted) {
@@ -271,7 +289,8 @@ async fn route_stream(
                 deadline,
                 grace_over: state.grace_over.subscribe(),
             };
-            let forwarder = StreamForwarder::new(output, guard, permit, limits);
+            let verdict = run.verdict.take();
+            let forwarder = StreamForwarder::new(output, guard, permit, verdict, limits);
             *response.body_mut() = forwarder.into_body();
             response
         }

@@ -1,5 +1,8 @@
 //! Forwarding a committed stream: event by event, never switching provider, and ending
 //! every failure with an error event in the client's format instead of a silent truncation.
+//!
+//! The stream's end is also the served attempt's verdict: a stream the provider breaks
+//! mid-answer is that deployment's failure, for its breaker and in the attempt's record.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -12,6 +15,9 @@ use tokio::time::{Instant, timeout_at};
 use crate::limits::Permit;
 use crate::providers::sse::SseError;
 use crate::providers::{StreamState, Translated, Usage};
+use crate::router::FailureClass;
+use crate::router::breaker::Verdict;
+use crate::router::health::PendingVerdict;
 use crate::router::upstream::CommittedStream;
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
@@ -24,6 +30,9 @@ pub struct StreamForwarder {
     /// before `guard` so that on a disconnect it is released before the record is sent.
     permit: Option<Permit>,
     guard: Option<RecordGuard>,
+    /// The breaker's verdict on the served attempt, given when the stream ends; dropped
+    /// unsettled if the client goes first.
+    verdict: Option<PendingVerdict>,
     limits: StreamLimits,
 }
 
@@ -43,6 +52,7 @@ impl StreamForwarder {
         mut stream: CommittedStream,
         mut guard: RecordGuard,
         permit: Permit,
+        verdict: Option<PendingVerdict>,
         limits: StreamLimits,
     ) -> StreamForwarder {
         let pending = std::mem::take(&mut stream.first).into();
@@ -55,6 +65,7 @@ impl StreamForwarder {
             pending,
             permit: Some(permit),
             guard: Some(guard),
+            verdict,
             limits,
         }
     }
@@ -84,26 +95,49 @@ impl StreamForwarder {
                 next = timeout_at(wait_until, self.stream.reader.next_event()) => Some(next),
             };
             let Some(next) = next else {
-                return self.fail("shutting_down", "the gateway is shutting down");
+                // The gateway's own doing, not the provider's: neutral for its breaker.
+                return self.fail(
+                    FailureClass::Deadline,
+                    "shutting_down",
+                    "the gateway is shutting down",
+                );
             };
             let event = match next {
                 Err(_) if Instant::now() >= self.limits.deadline => {
-                    return self.fail("deadline", "the request deadline ran out mid-stream");
+                    // The request's own budget ran out: neutral, as for a whole answer.
+                    return self.fail(
+                        FailureClass::Deadline,
+                        "deadline",
+                        "the request deadline ran out mid-stream",
+                    );
                 }
                 Err(_) => {
-                    return self.fail("stream_idle_timeout", "the upstream stalled mid-stream");
+                    return self.fail(
+                        FailureClass::Timeout,
+                        "stream_idle_timeout",
+                        "the upstream stalled mid-stream",
+                    );
                 }
                 Ok(Err(SseError::Transport(_))) => {
                     return self.fail(
+                        FailureClass::Reset,
                         "connection_reset",
                         "the upstream connection broke mid-stream",
                     );
                 }
                 Ok(Err(SseError::TooLong)) => {
-                    return self.fail("oversized", "the upstream sent an event too large to read");
+                    return self.fail(
+                        FailureClass::Oversized,
+                        "oversized",
+                        "the upstream sent an event too large to read",
+                    );
                 }
                 Ok(Err(_)) => {
-                    return self.fail("malformed_event", "the upstream sent a malformed event");
+                    return self.fail(
+                        FailureClass::Malformed,
+                        "malformed_event",
+                        "the upstream sent a malformed event",
+                    );
                 }
                 Ok(Ok(None)) => {
                     let translated = self.stream.translator.end();
@@ -134,42 +168,71 @@ impl StreamForwarder {
             StreamState::Done => {
                 self.pending.extend(frames);
                 self.update(|record| record.partial = false);
+                self.judge(None);
                 self.finish();
             }
-            StreamState::UpstreamError { .. } => {
+            StreamState::UpstreamError { overloaded, .. } => {
                 // The translator ended the client's stream with its own error event.
                 self.pending.extend(frames);
                 self.update(|record| {
                     record.outcome = Outcome::Error;
                     record.error = Some("upstream_stream_error".into());
                 });
+                self.judge(Some(if overloaded {
+                    FailureClass::Overloaded
+                } else {
+                    FailureClass::ServerError
+                }));
                 self.finish();
             }
             StreamState::Malformed => {
-                let frame = self.fail("malformed_event", "the upstream sent a malformed event");
+                let frame = self.fail(
+                    FailureClass::Malformed,
+                    "malformed_event",
+                    "the upstream sent a malformed event",
+                );
                 self.pending.extend(frame);
             }
             StreamState::Truncated => {
                 let frame = self.fail(
+                    FailureClass::Reset,
                     "truncated",
-                    "the upstream stream ended without its end marker",
+                    "the upstream stream ended before the answer finished",
                 );
                 self.pending.extend(frame);
             }
         }
     }
 
-    /// Ends the stream with an error event in the client's format.
-    fn fail(&mut self, code: &str, message: &str) -> Option<Bytes> {
+    /// Ends the stream with an error event in the client's format; `class` is what the
+    /// break says about the provider.
+    fn fail(&mut self, class: FailureClass, code: &str, message: &str) -> Option<Bytes> {
         self.guard.as_ref()?;
         self.update(|record| {
             record.outcome = Outcome::Error;
             record.partial = true;
             record.error = Some(code.to_owned());
         });
+        self.judge(Some(class));
         self.finish();
         Some(self.stream.translator.error_event(message, code))
     }
+
+    /// Settles the served attempt: its breaker's verdict, and its failure class in the
+    /// record, which the attempt metrics and the scorecard read.
+    fn judge(&mut self, failure: Option<FailureClass>) {
+        if let Some(class) = failure {
+            self.update(|record| {
+                if let Some(served) = record.attempts.last_mut() {
+                    served.failure = Some(class);
+                }
+            });
+        }
+        if let Some(verdict) = self.verdict.take() {
+            verdict.settle(Verdict::of(failure));
+        }
+    }
+
     fn update(&mut self, change: impl FnOnce(&mut RequestRecord)) {
         if let Some(guard) = self.guard.as_mut() {
             change(guard.record());

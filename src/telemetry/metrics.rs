@@ -61,6 +61,8 @@ pub struct Metrics {
     pub limit_backend_errors: Counter,
     /// Request-log rows the store refused even after retries (zero unless the disk fails).
     pub log_rows_lost: Counter,
+    /// Provider-key rows the last reload could not decrypt, and skipped.
+    pub provider_keys_unreadable: Gauge,
 }
 
 impl Default for Metrics {
@@ -79,6 +81,7 @@ impl Default for Metrics {
             ratelimited: Counter::default(),
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
+            provider_keys_unreadable: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -140,6 +143,11 @@ impl Default for Metrics {
             "switchyard_log_rows_lost",
             "Request-log rows the store refused after every retry",
             metrics.log_rows_lost.clone(),
+        );
+        registry.register(
+            "switchyard_provider_keys_unreadable",
+            "Provider-key rows that do not decrypt under the master key, skipped at the last reload",
+            metrics.provider_keys_unreadable.clone(),
         );
         Metrics {
             registry,

@@ -348,10 +348,11 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    // The first open lasts `cooldown_min`: pinned to a minute here, to read it back.
     let gateway = two_step_with(
         &primary,
         &secondary,
-        "consecutive_failures = 2\ncooldown = \"60s\"",
+        "consecutive_failures = 2\ncooldown = \"60s\"\ncooldown_min = \"60s\"",
     )
     .await;
     for _ in 0..2 {
@@ -371,6 +372,7 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
     assert_eq!(entry["window"]["failures"], 2);
     let next = entry["next_probe_in_ms"].as_u64().unwrap();
     assert!(next > 50_000 && next <= 60_000, "{entry}");
+    assert_eq!(entry["cooldown_ms"], 60_000);
     let metrics = metrics_text(&gateway).await;
     assert!(
         metrics.contains(r#"switchyard_breaker_state{provider="primary",model="model-a"} 2"#),

@@ -5,6 +5,9 @@
 //! `message_delta` (stop reason, cumulative usage) and `message_stop`. `ping`s may come at any
 //! time, and `error` (say `overloaded_error`) ends a stream that failed. Unknown event types
 //! are skipped, as Anthropic's versioning policy asks.
+//!
+//! A stream closed after its `message_delta` gave a stop reason is a whole answer, even without
+//! `message_stop`: the client gets the `message_stop` the provider left out.
 
 use std::collections::HashMap;
 
@@ -15,13 +18,22 @@ use super::decode::finish_reason;
 use super::{stream_error_event, unix_now, usage};
 use crate::providers::Usage;
 use crate::providers::sse::SseEvent;
-use crate::providers::stream::{ChunkSource, StreamState, StreamTranslator, Translated};
+use crate::providers::stream::{
+    ChunkSource, StreamState, StreamTranslator, Translated, named_event,
+};
 
 /// An event's `type` and its parsed data; `None` when the data is not an Anthropic event.
 fn parse(event: &SseEvent) -> Option<(String, Value)> {
     let value: Value = serde_json::from_str(&event.data).ok()?;
     let kind = value.get("type")?.as_str()?.to_owned();
     Some((kind, value))
+}
+
+/// Whether a `message_delta` carries the stop reason that finishes the message.
+fn stops(value: &Value) -> bool {
+    value
+        .pointer("/delta/stop_reason")
+        .is_some_and(|r| !r.is_null())
 }
 
 fn upstream_error(value: &Value) -> StreamState {
@@ -39,6 +51,8 @@ fn upstream_error(value: &Value) -> StreamState {
 #[derive(Default)]
 pub struct Passthrough {
     usage: Usage,
+    /// The stop reason came: a clean close from here on ends a whole answer.
+    stopped: bool,
 }
 
 impl StreamTranslator for Passthrough {
@@ -64,6 +78,7 @@ impl StreamTranslator for Passthrough {
                     self.merge(found);
                     reported = Some(self.usage);
                 }
+                self.stopped |= stops(&value);
                 StreamState::Open
             }
             "message_stop" => StreamState::Done,
@@ -79,10 +94,20 @@ impl StreamTranslator for Passthrough {
     }
 
     fn end(&mut self) -> Translated {
+        if !self.stopped {
+            return Translated {
+                frames: Vec::new(),
+                usage: None,
+                state: StreamState::Truncated,
+            };
+        }
         Translated {
-            frames: Vec::new(),
+            frames: vec![named_event(
+                "message_stop",
+                &json!({"type": "message_stop"}),
+            )],
             usage: None,
-            state: StreamState::Truncated,
+            state: StreamState::Done,
         }
     }
 
@@ -111,6 +136,8 @@ pub struct AnthropicSource {
     usage: Usage,
     /// Content block index → the OpenAI tool-call index it streams into.
     tool_calls: HashMap<u64, usize>,
+    /// The stop reason came: a clean close from here on ends a whole answer.
+    stopped: bool,
 }
 
 impl AnthropicSource {
@@ -122,6 +149,22 @@ impl AnthropicSource {
             "model": self.model,
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish_reason}],
         })
+    }
+
+    /// The usage-only chunk that ends the answer, as OpenAI sends it last.
+    fn usage_chunk(&self) -> Value {
+        let Usage {
+            prompt_tokens,
+            completion_tokens,
+        } = self.usage;
+        let mut chunk = self.chunk(json!({}), None);
+        chunk["choices"] = json!([]);
+        chunk["usage"] = json!({
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        });
+        chunk
     }
 
     fn tool_delta(&self, index: usize, call: Value) -> Value {
@@ -197,6 +240,7 @@ impl ChunkSource for AnthropicSource {
                     }
                     self.usage.completion_tokens = delta.completion_tokens;
                 }
+                self.stopped |= stops(&value);
                 let stop_reason = value.pointer("/delta/stop_reason").and_then(Value::as_str);
                 if stop_reason.is_some() {
                     let finish = finish_reason(stop_reason);
@@ -204,18 +248,7 @@ impl ChunkSource for AnthropicSource {
                 }
             }
             "message_stop" => {
-                let Usage {
-                    prompt_tokens,
-                    completion_tokens,
-                } = self.usage;
-                let mut chunk = self.chunk(json!({}), None);
-                chunk["choices"] = json!([]);
-                chunk["usage"] = json!({
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                });
-                chunks.push(chunk);
+                chunks.push(self.usage_chunk());
                 return StreamState::Done;
             }
             "ping" => return StreamState::KeepAlive,
@@ -225,8 +258,12 @@ impl ChunkSource for AnthropicSource {
         StreamState::Open
     }
 
-    fn end(&mut self, _chunks: &mut Vec<Value>) -> StreamState {
-        StreamState::Truncated
+    fn end(&mut self, chunks: &mut Vec<Value>) -> StreamState {
+        if !self.stopped {
+            return StreamState::Truncated;
+        }
+        chunks.push(self.usage_chunk());
+        StreamState::Done
     }
 }
 
@@ -235,7 +272,7 @@ mod tests {
     use super::*;
     use crate::providers::openai::stream::OpenAiSink;
     use crate::providers::stream::Translating;
-    use crate::providers::stream::testing::{event, payloads, run};
+    use crate::providers::stream::testing::{event, names, payloads, run};
 
     /// The event sequence of Anthropic's streaming guide for a tool call, abridged.
     fn tool_stream() -> Vec<SseEvent> {
@@ -317,6 +354,29 @@ mod tests {
         assert_eq!(last["error"]["message"], "Overloaded");
         let (_, state, _) = run(&mut Passthrough::default(), &events, false);
         assert!(matches!(state, StreamState::UpstreamError { .. }));
+    }
+
+    #[test]
+    fn a_close_after_the_stop_reason_is_a_whole_answer() {
+        // Everything up to `message_delta`, without `message_stop`.
+        let events = &tool_stream()[..11];
+        let (frames, state, _) = run(&mut Passthrough::default(), events, true);
+        assert_eq!(state, StreamState::Done);
+        assert_eq!(
+            names(&frames).last().map(String::as_str),
+            Some("message_stop")
+        );
+        let mut translator = Translating::new(AnthropicSource::default(), OpenAiSink::new(true));
+        let (frames, state, usage) = run(&mut translator, events, true);
+        assert_eq!(state, StreamState::Done);
+        assert_eq!(payloads(&frames).last(), Some(&json!("[DONE]")));
+        assert_eq!(usage.map(|u| u.completion_tokens), Some(89));
+        // Cut before the stop reason, it is a truncation.
+        let (_, state, _) = run(&mut Passthrough::default(), &tool_stream()[..10], true);
+        assert_eq!(state, StreamState::Truncated);
+        let mut translator = Translating::new(AnthropicSource::default(), OpenAiSink::new(true));
+        let (_, state, _) = run(&mut translator, &tool_stream()[..10], true);
+        assert_eq!(state, StreamState::Truncated);
     }
 
     #[test]

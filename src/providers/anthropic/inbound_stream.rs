@@ -206,7 +206,7 @@ mod tests {
             "[DONE]",
         ];
         let events: Vec<_> = chunks.iter().map(|c| event(None, c)).collect();
-        let mut translator = Translating::new(OpenAiSource, AnthropicSink::default());
+        let mut translator = Translating::new(OpenAiSource::default(), AnthropicSink::default());
         let (frames, state, _) = run(&mut translator, &events, false);
         assert_eq!(state, StreamState::Done);
         assert_eq!(

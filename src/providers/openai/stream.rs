@@ -13,12 +13,17 @@ use crate::providers::stream::{
 pub struct Passthrough {
     /// The gateway asked for the usage chunk, not the client: read it, do not forward it.
     strip_usage: bool,
+    /// A finish reason came: a clean close from here on ends a whole answer.
+    finished: bool,
 }
 
 impl Passthrough {
     /// A passthrough that drops the usage chunk when `strip_usage`.
     pub fn new(strip_usage: bool) -> Passthrough {
-        Passthrough { strip_usage }
+        Passthrough {
+            strip_usage,
+            finished: false,
+        }
     }
 }
 
@@ -48,17 +53,32 @@ impl StreamTranslator for Passthrough {
                 usage: Some(usage),
                 state: StreamState::Open,
             },
-            Some((_, usage)) => forward(StreamState::Open, usage),
+            Some((kind, usage)) => {
+                self.finished |= kind == ChunkKind::Finish;
+                forward(StreamState::Open, usage)
+            }
         }
     }
 
     fn end(&mut self) -> Translated {
-        truncated()
+        if !self.finished {
+            return truncated();
+        }
+        // The answer was whole; the server only left out its `[DONE]`, so the client gets it.
+        Translated {
+            frames: vec![done_event()],
+            usage: None,
+            state: StreamState::Done,
+        }
     }
 
     fn error_event(&self, message: &str, code: &str) -> Bytes {
         stream_error_event(message, code)
     }
+}
+
+fn done_event() -> Bytes {
+    Bytes::from_static(b"data: [DONE]\n\n")
 }
 
 fn truncated() -> Translated {
@@ -70,7 +90,11 @@ fn truncated() -> Translated {
 }
 
 /// Reads an OpenAI-format upstream's events as chunks, for clients of another format.
-pub struct OpenAiSource;
+#[derive(Default)]
+pub struct OpenAiSource {
+    /// A finish reason came: a clean close from here on ends a whole answer.
+    finished: bool,
+}
 
 impl ChunkSource for OpenAiSource {
     fn event(&mut self, event: &SseEvent, chunks: &mut Vec<Value>) -> StreamState {
@@ -87,15 +111,22 @@ impl ChunkSource for OpenAiSource {
                 message: message.unwrap_or_else(|| "the provider failed mid-stream".into()),
             };
         }
-        if !chunk.get("choices").is_some_and(Value::is_array) {
+        let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
             return StreamState::Malformed;
-        }
+        };
+        self.finished |= choices
+            .iter()
+            .any(|c| c.get("finish_reason").is_some_and(|f| !f.is_null()));
         chunks.push(chunk);
         StreamState::Open
     }
 
     fn end(&mut self, _chunks: &mut Vec<Value>) -> StreamState {
-        StreamState::Truncated
+        if self.finished {
+            StreamState::Done
+        } else {
+            StreamState::Truncated
+        }
     }
 }
 
@@ -125,7 +156,7 @@ impl ChunkSink for OpenAiSink {
     }
 
     fn done(&mut self, out: &mut Vec<Bytes>) {
-        out.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        out.push(done_event());
     }
 
     fn error_event(&self, message: &str, code: &str) -> Bytes {
@@ -183,5 +214,38 @@ mod tests {
         );
         let (_, state, _) = run(&mut Passthrough::new(true), &[], true);
         assert_eq!(state, StreamState::Truncated);
+    }
+
+    /// Several OpenAI-compatible servers close after the finish chunk without `[DONE]`.
+    #[test]
+    fn a_close_after_the_finish_reason_is_a_whole_answer() {
+        let content = event(
+            None,
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}"#,
+        );
+        let finish = event(
+            None,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+        );
+        let (frames, state, _) = run(
+            &mut Passthrough::new(true),
+            &[content.clone(), finish.clone()],
+            true,
+        );
+        assert_eq!(state, StreamState::Done);
+        assert_eq!(frames.last(), Some(&done_event()));
+        let (_, state, _) = run(
+            &mut Passthrough::new(true),
+            std::slice::from_ref(&content),
+            true,
+        );
+        assert_eq!(state, StreamState::Truncated);
+
+        let mut source = OpenAiSource::default();
+        let mut chunks = Vec::new();
+        source.event(&content, &mut chunks);
+        assert_eq!(source.end(&mut chunks), StreamState::Truncated);
+        source.event(&finish, &mut chunks);
+        assert_eq!(source.end(&mut chunks), StreamState::Done);
     }
 }

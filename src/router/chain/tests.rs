@@ -82,7 +82,7 @@ async fn run(
     script: Vec<(Duration, u16, Option<&'static str>)>,
 ) -> (ChainRun<()>, Vec<String>, Duration) {
     let keys = KeyRing::default();
-    let health = Health::new(config.breaker.clone());
+    let health = std::sync::Arc::new(Health::new(config.breaker.clone()));
     let started = Instant::now();
     let mut attempter = Scripted {
         script: script.into(),
@@ -95,6 +95,7 @@ async fn run(
         route: &config.routes[0],
         first_step: 0,
         deadline: started + config.retry.request_deadline,
+        caller: crate::router::breaker::CallerTag::new("test"),
     };
     let run = run_chain(inputs, &mut attempter).await;
     (run, attempter.calls, started.elapsed())

@@ -122,7 +122,7 @@ impl Attempter for Fleet {
 struct Harness {
     config: Config,
     keys: KeyRing,
-    health: Health,
+    health: Arc<Health>,
 }
 
 /// Keyless providers `a`, `b`, `c`, and `k` with keys `k1`, `k2`; opens after 3 failures in
@@ -144,7 +144,7 @@ fn harness(routes: &str, extra: &str) -> Harness {
     keys.put(&k, "k1", Secret::new("sk-1"));
     keys.put(&k, "k2", Secret::new("sk-2"));
     Harness {
-        health: Health::new(config.breaker.clone()),
+        health: Arc::new(Health::new(config.breaker.clone())),
         config,
         keys,
     }
@@ -171,6 +171,7 @@ impl Harness {
             route,
             first_step: 0,
             deadline: Instant::now() + self.config.retry.request_deadline,
+            caller: crate::router::breaker::CallerTag::new("test"),
         };
         run_chain(inputs, &mut fleet.clone()).await
     }

@@ -36,6 +36,8 @@ pub async fn list(_: Admin, State(state): State<AppState>) -> Json<Value> {
                 "times_opened": view.times_opened,
                 "probe_in_flight": view.probe_in_flight,
                 "next_probe_in_ms": view.next_probe_in.map(ceil_ms),
+                // This open's length, or the next one's: it grows while probes fail.
+                "cooldown_ms": ceil_ms(view.cooldown),
                 "benched_for_ms": view.benched_for.map(ceil_ms),
                 "latency_ewma_ms": report.latency.map(|l| l.as_secs_f64() * 1e3),
             })

@@ -127,6 +127,10 @@ fn key_error(error: KeyError) -> ApiError {
             tracing::error!(error = %error, "provider key operation failed");
             ApiError::Internal("the key store failed; see the gateway's log")
         }
+        KeyError::BadExpiry => ApiError::InvalidRequest {
+            message: error.to_string(),
+            param: Some("expires_in"),
+        },
         _ => invalid(&error.to_string()),
     }
 }

@@ -1,0 +1,161 @@
+//! Provider-key rows that cannot be used: one that does not decrypt is skipped (the rest, and
+//! virtual-key revocations, keep loading), and an expiry too far away is refused.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchyard::auth::{KeyRequest, issue};
+use switchyard::fake::FakeUpstream;
+use switchyard::keys::Secret;
+use switchyard::keys::vault::Sealed;
+use switchyard::server::{Gateway, StartOptions};
+use switchyard::store::{LimitOverrides, NewProviderKey};
+
+use super::support::*;
+
+const TOKEN: &str = "admin-token-for-key-rows";
+
+async fn admin_gateway(config: &str) -> Gateway {
+    let options = StartOptions {
+        admin_token: Some(Secret::new(TOKEN)),
+        ..StartOptions::default()
+    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
+    Gateway::start_with(test_config(config), addr, options)
+        .await
+        .expect("gateway starts")
+}
+
+fn keyed_provider(name: &str, fake: &switchyard::fake::FakeHandle) -> String {
+    format!(
+        "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{}\"\n",
+        fake.base_url()
+    )
+}
+
+#[tokio::test]
+async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
+    let fake = FakeUpstream::new("up")
+        .require_key("sk-good-key-1234")
+        .start()
+        .await
+        .unwrap();
+    let gateway = admin_gateway(&format!(
+        "[auth]\nrequired = true\n{}{}",
+        keyed_provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    let store = gateway.store();
+    store
+        .put_provider_key(NewProviderKey {
+            provider: "up".into(),
+            key_id: "broken".into(),
+            sealed: Sealed {
+                nonce: vec![0; 12],
+                ciphertext: b"not sealed under this master key".to_vec(),
+            },
+            weight: 1,
+            expires_ms: None,
+        })
+        .await
+        .unwrap();
+    let issued = issue(KeyRequest {
+        user: "ana".into(),
+        role: "default".into(),
+        permissions: Vec::new(),
+        models: None,
+        limits: LimitOverrides::default(),
+    })
+    .unwrap();
+    let virtual_key = issued.key.clone();
+    let key_id = issued.record.id.clone();
+    store.insert_virtual_key(issued.record).await.unwrap();
+    // Through the admin API, as an operator would: this reloads the store.
+    let put = client()
+        .put(format!("{}/admin/keys/up", gateway.admin_url()))
+        .bearer_auth(TOKEN)
+        .json(&json!({"secret": "sk-good-key-1234", "id": "good"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), gateway.keys_current())
+        .await
+        .expect("the store reloads despite the broken row");
+
+    let sent = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .bearer_auth(&virtual_key)
+        .json(&chat("r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 200, "the readable key serves");
+
+    assert!(store.revoke_virtual_key(&key_id).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), gateway.keys_current())
+        .await
+        .expect("the revocation reaches the gateway");
+    let refused = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .bearer_auth(&virtual_key)
+        .json(&chat("r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let metrics = client()
+        .get(format!("{}/metrics", gateway.url()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "switchyard_provider_keys_unreadable 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn an_expiry_past_what_a_date_can_hold_is_refused() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = admin_gateway(&keyed_provider("up", &fake)).await;
+    for expires_in in ["200000000000d", "106751991167d", "0s"] {
+        let response = client()
+            .put(format!("{}/admin/keys/up", gateway.admin_url()))
+            .bearer_auth(TOKEN)
+            .json(&json!({"secret": "sk-some-key-1234", "expires_in": expires_in}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{expires_in}");
+        let body: Value = response.json().await.unwrap();
+        let message = error_message(&body);
+        assert!(message.contains("expires_in"), "{message}");
+    }
+    let keys: Value = client()
+        .get(format!("{}/admin/keys", gateway.admin_url()))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(keys["keys"], json!([]), "nothing was stored");
+
+    let ok = client()
+        .put(format!("{}/admin/keys/up", gateway.admin_url()))
+        .bearer_auth(TOKEN)
+        .json(&json!({"secret": "sk-some-key-1234", "expires_in": "30d"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+}
