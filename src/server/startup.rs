@@ -49,5 +49,5 @@ pub(super) fn announce(state: &Shared, addr: SocketAddr, admin: Option<SocketAdd
         (Some(_), None) => format!("on http://{addr}"),
     };
     tracing::info!("admin API: {admin_api}");
-    tracing::info!("switchyard listening on http://{addr}");
+    tracing::info!(%addr, "switchyard listening on http://{addr}");
 }

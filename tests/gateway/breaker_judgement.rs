@@ -162,11 +162,12 @@ async fn requests_cut_short_by_their_own_deadline_do_not_count() {
         .await
         .unwrap();
     let gateway = gateway(&format!(
-        "{}[retry]\nattempt_timeout = \"2s\"\nrequest_deadline = \"3s\"\n[breaker]\nconsecutive_failures = 5\n",
+        "{}{}[retry]\nattempt_timeout = \"2s\"\nrequest_deadline = \"3s\"\n[breaker]\nconsecutive_failures = 5\n",
         provider("primary", &primary),
+        route("r", &[("primary", "model-a")], ""),
     ))
     .await;
-    let body = chat("primary/model-a");
+    let body = chat("r");
     let responses = join_all((0..5).map(|_| post(&gateway, &body))).await;
     for response in &responses {
         assert_eq!(response.status(), 503);

@@ -64,7 +64,8 @@ fn serve(cwd: &Path, config: &Path) -> Served {
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             if let Some(at) = line.split("switchyard listening on ").nth(1) {
-                let _ = said.send(at.trim().to_owned());
+                let url = at.split_whitespace().next().unwrap_or_default();
+                let _ = said.send(url.to_owned());
             }
         }
     });
