@@ -175,7 +175,9 @@ impl Telemetry {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
         });
-        let metrics = Arc::new(metrics::Metrics::default());
+        let metrics = Arc::new(metrics::Metrics::new(metrics::LabelNames::from_config(
+            config,
+        )));
         let writer = writer::Writer::new(store, config, log.clone(), metrics.clone());
         let writer = tokio::spawn(writer.run(receiver));
         (

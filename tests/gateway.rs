@@ -15,6 +15,7 @@ mod gateway {
     mod limits;
     mod lossless;
     mod messages;
+    mod metrics;
     mod passthrough;
     mod streaming;
     pub mod telemetry;
