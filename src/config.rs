@@ -65,6 +65,38 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Per-model prices, for the cost of each request.
     pub prices: Vec<Price>,
+    pub admin: AdminConfig,
+}
+
+/// A secret written in the config file; its `Debug` prints `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(Arc<str>);
+
+impl Token {
+    /// Wraps a token.
+    pub fn new(value: &str) -> Token {
+        Token(Arc::from(value))
+    }
+
+    /// The token itself, to compare with what a caller offers.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// `[admin]`: who may read `/metrics`, `/v1/scorecard` and `/dashboard`.
+#[derive(Clone, Debug)]
+pub struct AdminConfig {
+    /// A bearer token for the observability endpoints only (the admin token works too).
+    pub metrics_token: Option<Token>,
+    /// Scorecards computed at once; a request over this is answered 503.
+    pub max_concurrent_scorecards: usize,
 }
 
 #[derive(Clone, Debug)]

@@ -69,6 +69,8 @@ pub struct Shared {
     pub open_connections: Arc<tokio::sync::watch::Sender<usize>>,
     /// Set once shutdown begins, so `/readyz` tells load balancers to stop sending.
     pub draining: AtomicBool,
+    /// One permit per scorecard being computed (`[admin] max_concurrent_scorecards`).
+    pub scorecards: Arc<tokio::sync::Semaphore>,
 }
 
 impl Deref for AppState {
@@ -153,6 +155,9 @@ impl AppState {
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
         let health = Health::new(config.breaker.clone());
+        let scorecards = Arc::new(tokio::sync::Semaphore::new(
+            config.admin.max_concurrent_scorecards,
+        ));
         let shared = Shared {
             config,
             routes,
@@ -166,6 +171,7 @@ impl AppState {
             admin_token: options.admin_token,
             open_connections: Arc::new(tokio::sync::watch::Sender::new(0)),
             draining: AtomicBool::new(false),
+            scorecards,
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
@@ -200,21 +206,29 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/scorecard", get(scorecard::scorecard))
-        .route("/dashboard", get(scorecard::dashboard));
+        .route("/readyz", get(readyz));
     let routes = if state.config.server.admin_listen.is_none() {
-        routes.merge(admin_routes())
+        routes.merge(admin_routes()).merge(observability_routes())
     } else {
         routes
     };
     finish_router(routes, state)
 }
 
-/// The admin API alone, for its own address.
+/// The admin API and the observability endpoints, for `[server] admin_listen`.
 pub fn admin_app(state: AppState) -> Router {
-    finish_router(admin_routes(), state)
+    let routes = admin_routes()
+        .merge(observability_routes())
+        .layer(axum::Extension(admin::OnAdminListener));
+    finish_router(routes, state)
+}
+
+/// What operators watch; [`admin::Observer`] decides who may.
+fn observability_routes() -> Router<AppState> {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/scorecard", get(scorecard::scorecard))
+        .route("/dashboard", get(scorecard::dashboard))
 }
 
 fn admin_routes() -> Router<AppState> {
@@ -460,7 +474,7 @@ async fn models(
     Ok(Json(json!({"object": "list", "data": data})))
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(_: admin::Observer, State(state): State<AppState>) -> Response {
     admin::breakers::export(&state);
     let body = state.telemetry.metrics.render();
     (

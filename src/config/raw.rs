@@ -35,6 +35,16 @@ pub struct RawConfig {
     pub alerts: RawAlerts,
     #[serde(default)]
     pub prices: Vec<RawPrice>,
+    #[serde(default)]
+    pub admin: RawAdmin,
+}
+
+/// Who may read the observability endpoints, and how many scorecards run at once.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub metrics_token: Option<String>,
+    pub max_concurrent_scorecards: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

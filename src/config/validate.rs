@@ -99,6 +99,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let log = telemetry::log(&mut errors, raw.log);
     let alerts = telemetry::alerts(&mut errors, raw.alerts);
     let prices = telemetry::prices(&mut errors, raw.prices, &providers);
+    let admin = telemetry::admin(&mut errors, raw.admin);
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
@@ -150,6 +151,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         log,
         alerts,
         prices,
+        admin,
     })
 }
 

@@ -67,9 +67,11 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
         return;
     };
     let (primary, secondary) = scripted_fakes().await;
-    let gateway = gateway(&scripted_config(&primary, &secondary, "")).await;
+    // On the admin listener, where the page and its scorecard need no token.
+    let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n";
+    let gateway = gateway(&scripted_config(&primary, &secondary, listen)).await;
     run_script(&gateway).await;
-    let url = format!("{}/dashboard", gateway.url());
+    let url = format!("{}/dashboard", gateway.admin_url());
 
     let dom = chromium(binary.clone(), url.clone(), vec!["--dump-dom".into()]).await;
     assert!(

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use openmetrics_parser::openmetrics::parse_openmetrics;
-use switchyard::fake::FakeUpstream;
-use switchyard::server::Gateway;
+use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::keys::Secret;
+use switchyard::server::{Gateway, StartOptions};
 
 use super::support::*;
 
@@ -40,13 +41,9 @@ fn tail(text: &str) -> &str {
     &text[start..]
 }
 
-/// `/metrics` from the client port.
+/// `/metrics` from the client port, with the token [`OBSERVABILITY`] configures.
 pub async fn scrape(gateway: &Gateway) -> String {
-    let response = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .send()
-        .await
-        .expect("gateway answers");
+    let response = observe(gateway, "/metrics").await;
     assert_eq!(response.status(), 200);
     response.text().await.expect("a text body")
 }
@@ -56,9 +53,10 @@ async fn one_provider() -> (switchyard::fake::FakeHandle, Gateway) {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = gateway(&format!(
         "{}{}[[prices]]\nprovider = \"up\"\nmodel = \"m\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n\
-         [[prices]]\nprovider = \"up\"\nmodel = \"priced-only\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n",
+         [[prices]]\nprovider = \"up\"\nmodel = \"priced-only\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n{}",
         provider("up", &fake),
         route("r", &[("up", "m")], ""),
+        OBSERVABILITY,
     ))
     .await;
     (fake, gateway)
@@ -159,4 +157,137 @@ async fn a_hostile_model_name_cannot_forge_a_series_or_end_the_scrape() {
         .filter_map(|(_, labels)| labels.get("model").map(String::as_str))
         .collect();
     assert_eq!(models, BTreeSet::from(["m", "other"]));
+}
+
+/// The observability endpoints: none of them may answer an anonymous caller on the client port.
+const OBSERVABILITY_PATHS: [&str; 3] = ["/metrics", "/v1/scorecard", "/dashboard"];
+
+fn one_route(fake: &FakeHandle) -> String {
+    format!("{}{}", provider("up", fake), route("r", &[("up", "m")], ""))
+}
+
+async fn get(url: String, auth: Option<(&str, &str)>) -> reqwest::Response {
+    let mut request = client().get(url);
+    match auth {
+        Some(("bearer", token)) => request = request.bearer_auth(token),
+        Some((user, password)) => request = request.basic_auth(user, Some(password)),
+        None => {}
+    }
+    request.send().await.expect("gateway answers")
+}
+
+#[tokio::test]
+async fn observability_endpoints_want_the_admin_token_on_the_client_port() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let options = StartOptions {
+        admin_token: Some(Secret::new("admin-token-for-tests")),
+        ..StartOptions::default()
+    };
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let gateway = Gateway::start_with(test_config(&one_route(&fake)), addr, options)
+        .await
+        .unwrap();
+    assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
+    for path in OBSERVABILITY_PATHS {
+        let url = format!("{}{path}", gateway.url());
+        let anonymous = get(url.clone(), None).await;
+        assert_eq!(anonymous.status(), 401, "{path}");
+        assert!(header(&anonymous, "www-authenticate").starts_with("Basic"));
+        let message = error_message(&anonymous.json().await.unwrap());
+        assert!(message.contains("token"), "{message}");
+        let wrong = get(url.clone(), Some(("bearer", "admin-token-for-test"))).await;
+        assert_eq!(wrong.status(), 401, "{path}");
+        let admin = get(url, Some(("bearer", "admin-token-for-tests"))).await;
+        assert_eq!(admin.status(), 200, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_metrics_token_opens_them_by_bearer_or_basic_and_with_no_token_they_are_off() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!("{}{OBSERVABILITY}", one_route(&fake))).await;
+    for path in OBSERVABILITY_PATHS {
+        let url = format!("{}{path}", gateway.url());
+        assert_eq!(get(url.clone(), None).await.status(), 401, "{path}");
+        let bearer = get(url.clone(), Some(("bearer", METRICS_TOKEN))).await;
+        assert_eq!(bearer.status(), 200, "{path}");
+        // A browser opening /dashboard answers the Basic challenge; any user name will do.
+        let basic = get(url.clone(), Some(("operator", METRICS_TOKEN))).await;
+        assert_eq!(basic.status(), 200, "{path}");
+        let wrong = get(url, Some(("operator", "test-metrics-toke"))).await;
+        assert_eq!(wrong.status(), 401, "{path}");
+    }
+
+    // Neither token nor admin listener: refused with a message that says how to turn them on.
+    let closed = super::support::gateway(&one_route(&fake)).await;
+    for path in OBSERVABILITY_PATHS {
+        let response = get(format!("{}{path}", closed.url()), None).await;
+        assert_eq!(response.status(), 403, "{path}");
+        let message = error_message(&response.json().await.unwrap());
+        assert!(
+            message.contains("metrics_token") && message.contains("admin_listen"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn with_an_admin_listener_they_answer_there_and_not_on_the_client_port() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n";
+    let gateway = gateway(&format!("{}{listen}", one_route(&fake))).await;
+    assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
+    gateway.telemetry().wait_for_rows(1).await;
+    assert_ne!(gateway.admin_url(), gateway.url());
+    for path in OBSERVABILITY_PATHS {
+        let on_admin = get(format!("{}{path}", gateway.admin_url()), None).await;
+        assert_eq!(on_admin.status(), 200, "{path} on the admin listener");
+        let on_client = get(format!("{}{path}", gateway.url()), None).await;
+        assert_eq!(on_client.status(), 404, "{path} on the client port");
+    }
+    let text = get(format!("{}/metrics", gateway.admin_url()), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(series(&text).iter().any(
+        |(f, l)| f == "switchyard_requests" && l.get("route").map(String::as_str) == Some("r")
+    ));
+
+    // A metrics token, when set, is wanted on the admin listener too.
+    let guarded =
+        super::support::gateway(&format!("{}{listen}{OBSERVABILITY}", one_route(&fake))).await;
+    let url = format!("{}/metrics", guarded.admin_url());
+    assert_eq!(get(url.clone(), None).await.status(), 401);
+    assert_eq!(
+        get(url, Some(("bearer", METRICS_TOKEN))).await.status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn the_demo_shows_its_metrics_on_its_admin_listener_and_says_where() {
+    let demo = switchyard::demo::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (url, admin) = (demo.gateway.url(), demo.gateway.admin_url());
+    let instructions = switchyard::demo::instructions(&url, &admin);
+    assert!(
+        instructions.contains(&format!("{admin}/metrics")),
+        "{instructions}"
+    );
+    assert!(instructions.contains(&format!("{admin}/dashboard")));
+    assert_eq!(post(&demo.gateway, &chat("smart")).await.status(), 200);
+    for path in OBSERVABILITY_PATHS {
+        assert_eq!(
+            get(format!("{admin}{path}"), None).await.status(),
+            200,
+            "{path}"
+        );
+        assert_eq!(
+            get(format!("{url}{path}"), None).await.status(),
+            404,
+            "{path}"
+        );
+    }
 }
