@@ -291,3 +291,45 @@ async fn the_demo_shows_its_metrics_on_its_admin_listener_and_says_where() {
         );
     }
 }
+
+#[tokio::test]
+async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let db = std::env::temp_dir().join(format!("switchyard-esc-{}.db", uuid::Uuid::now_v7()));
+    let text = format!(
+        "[auth]\nrequired = false\n[store]\nurl = \"sqlite://{}\"\n{}",
+        db.display(),
+        one_route(&fake)
+    );
+    let gateway = gateway(&text).await;
+    let hostile =
+        "up/evil\u{1b}[2J\u{1b}[H\r\n2026-01-01 00:00:00.000  forged  \u{202e}desrever\u{7}";
+    assert_eq!(post(&gateway, &chat(hostile)).await.status(), 200);
+    gateway.telemetry().wait_for_rows(1).await;
+    gateway.shutdown().await.unwrap();
+    let path = db.with_extension("toml");
+    std::fs::write(&path, &text).unwrap();
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["logs", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let table = String::from_utf8(output.stdout).unwrap();
+    for raw in ['\u{1b}', '\r', '\u{7}', '\u{202e}'] {
+        assert!(
+            !table.contains(raw),
+            "{raw:?} reached the terminal:\n{table:?}"
+        );
+    }
+    assert_eq!(table.lines().count(), 2, "a header and one row:\n{table}");
+    assert!(
+        table.contains("evil\\u{1b}[2J\\u{1b}[H\\r\\n2026-01-01"),
+        "{table}"
+    );
+    let _ = std::fs::remove_file(&path);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+}
