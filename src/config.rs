@@ -147,6 +147,9 @@ pub struct ServerConfig {
 pub struct AuthConfig {
     pub required: bool,
     pub default_role: String,
+    /// Log rows each source address's 401s get per minute; the rest are counted, then
+    /// summed up in one row.
+    pub unauthorized_log_rows_per_minute: u32,
 }
 
 #[derive(Clone, Debug)]

@@ -9,6 +9,7 @@ mod chat;
 mod degraded;
 mod embeddings;
 mod error;
+mod flood;
 mod listener;
 mod messages;
 mod scorecard;
@@ -71,6 +72,8 @@ pub struct Shared {
     pub draining: AtomicBool,
     /// One permit per scorecard being computed (`[admin] max_concurrent_scorecards`).
     pub scorecards: Arc<tokio::sync::Semaphore>,
+    /// How many 401s from each address still get a log row this minute.
+    pub unauthorized_rows: flood::UnauthorizedRows,
 }
 
 impl Deref for AppState {
@@ -158,6 +161,7 @@ impl AppState {
         let scorecards = Arc::new(tokio::sync::Semaphore::new(
             config.admin.max_concurrent_scorecards,
         ));
+        let unauthorized_rows = config.auth.unauthorized_log_rows_per_minute;
         let shared = Shared {
             config,
             routes,
@@ -172,6 +176,7 @@ impl AppState {
             open_connections: Arc::new(tokio::sync::watch::Sender::new(0)),
             draining: AtomicBool::new(false),
             scorecards,
+            unauthorized_rows: flood::UnauthorizedRows::new(unauthorized_rows),
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
@@ -307,7 +312,8 @@ async fn serve_state(
         )
     });
     let listener = listener::CountingListener::new(listener, state.open_connections.clone());
-    let result = axum::serve(listener, app(state))
+    let service = app(state).into_make_service_with_connect_info::<listener::Peer>();
+    let result = axum::serve(listener, service)
         .with_graceful_shutdown(signal(stopped))
         .await;
     if let Some(admin_server) = admin_server {

@@ -298,6 +298,16 @@ impl RecordGuard {
         self.send();
     }
 
+    /// Ends the request without a row: for refusals past their address's allowance, which
+    /// are counted instead.
+    pub fn discard(mut self) {
+        if self.record.take().is_some() {
+            self.telemetry
+                .in_flight
+                .send_modify(|n| *n = n.saturating_sub(1));
+        }
+    }
+
     fn send(&mut self) {
         if let Some(mut record) = self.record.take() {
             record.latency = self.started.elapsed();

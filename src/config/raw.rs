@@ -89,6 +89,7 @@ pub struct RawServer {
 pub struct RawAuth {
     pub required: Option<bool>,
     pub default_role: Option<String>,
+    pub unauthorized_log_rows_per_minute: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -103,6 +103,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
+        unauthorized_log_rows_per_minute: raw.auth.unauthorized_log_rows_per_minute.unwrap_or(10),
     };
     let roles = raw
         .roles

@@ -1,12 +1,16 @@
 //! The gateway's listener: TCP_NODELAY on every connection (a small answer must not wait on
-//! Nagle's algorithm), and a count of open connections that operators and tests can watch.
+//! Nagle's algorithm), a count of open connections that operators and tests can watch, and
+//! each connection's peer address for the handlers that need it.
 
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use axum::serve::Listener;
+use axum::extract::FromRequestParts;
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::http::request::Parts;
+use axum::serve::{IncomingStream, Listener};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -94,5 +98,29 @@ impl AsyncWrite for CountedStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// A connection's peer, recorded by the server for each request on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+impl Connected<IncomingStream<'_, CountingListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, CountingListener>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// The client's address, when the server recorded it (a router driven directly, as some
+/// tests do, has none); extracting it never fails.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientAddr, Self::Rejection> {
+        let peer = parts.extensions.get::<ConnectInfo<Peer>>();
+        Ok(ClientAddr(peer.map(|ConnectInfo(Peer(addr))| addr.ip())))
     }
 }

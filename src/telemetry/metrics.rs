@@ -72,6 +72,8 @@ pub struct Metrics {
     pub limit_backend_errors: Counter,
     /// Request-log rows the store refused even after retries (zero unless the disk fails).
     pub log_rows_lost: Counter,
+    /// 401s past their source address's allowance of log rows, counted instead of logged.
+    pub unauthorized_rows_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -99,6 +101,7 @@ impl Metrics {
             ratelimited: Counter::default(),
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
+            unauthorized_rows_dropped: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -160,6 +163,11 @@ impl Metrics {
             "switchyard_log_rows_lost",
             "Request-log rows the store refused after every retry",
             metrics.log_rows_lost.clone(),
+        );
+        registry.register(
+            "switchyard_unauthorized_rows_dropped",
+            "401s not logged one by one: past their address's allowance of rows a minute",
+            metrics.unauthorized_rows_dropped.clone(),
         );
         Metrics {
             registry,

@@ -333,3 +333,65 @@ async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows(
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_401s_from_one_address_writes_a_bounded_number_of_rows() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let config = format!(
+        "[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 5\n{}{OBSERVABILITY}",
+        one_route(&fake)
+    );
+    let gateway = gateway(&config).await;
+    let started = std::time::Instant::now();
+    const FLOOD: usize = 300;
+    let http = client();
+    let url = format!("{}/v1/chat/completions", gateway.url());
+    let statuses: Vec<u16> = futures_util::stream::iter(0..FLOOD)
+        .map(|i| {
+            let request = http
+                .post(&url)
+                .bearer_auth(format!("sy-guess-{i}"))
+                .json(&chat("r"));
+            async move {
+                request
+                    .send()
+                    .await
+                    .expect("gateway answers")
+                    .status()
+                    .as_u16()
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    assert!(statuses.iter().all(|s| *s == 401));
+    gateway.telemetry().wait_idle().await;
+    let text = scrape(&gateway).await;
+    let store = gateway.store().clone();
+    gateway.shutdown().await.unwrap();
+
+    let rows = store.query_log(Default::default()).await.unwrap();
+    assert!(rows.iter().all(|r| r.status == 401));
+    // A minute's allowance (5) per minute the test took, and one summary row each.
+    let minutes = started.elapsed().as_secs() as usize / 60 + 1;
+    assert!(
+        rows.len() <= minutes * 6,
+        "{} rows for {FLOOD} refusals in {minutes} minute(s)",
+        rows.len()
+    );
+    assert!(rows.len() >= 5, "the first refusals are still evidence");
+    let dropped: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("switchyard_unauthorized_rows_dropped_total "))
+        .and_then(|v| v.parse().ok())
+        .expect("the dropped rows are counted");
+    let summaries = rows
+        .iter()
+        .filter(|r| r.error.as_deref().unwrap_or("").contains("not logged"))
+        .count();
+    assert_eq!(
+        dropped + rows.len() - summaries,
+        FLOOD,
+        "each refusal is logged or counted"
+    );
+}
