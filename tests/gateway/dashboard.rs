@@ -125,7 +125,10 @@ async fn on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password
     let (primary, secondary) = scripted_fakes().await;
     let gateway = gateway(&scripted_config(&primary, &secondary, OBSERVABILITY)).await;
     run_script(&gateway).await;
-    let with_token = format!("http://operator:{METRICS_TOKEN}@{}/dashboard", gateway.addr());
+    let with_token = format!(
+        "http://operator:{METRICS_TOKEN}@{}/dashboard",
+        gateway.addr()
+    );
     let dom = chromium(binary.clone(), with_token, vec!["--dump-dom".into()]).await;
     assert!(
         dom.contains("data-loaded=\"true\""),
@@ -135,5 +138,8 @@ async fn on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password
 
     let without = format!("{}/dashboard", gateway.url());
     let dom = chromium(binary, without, vec!["--dump-dom".into()]).await;
-    assert!(!dom.contains("data-point"), "nothing drawn without the token:\n{dom}");
+    assert!(
+        !dom.contains("data-point"),
+        "nothing drawn without the token:\n{dom}"
+    );
 }
