@@ -1,6 +1,8 @@
-//! `/metrics` under hostile clients: label values come only from the config, so client-chosen
-//! model names neither grow the exposition nor forge series; the output is parsed with a
-//! real OpenMetrics parser, not a hand-rolled one.
+//! Observability under hostile clients. `/metrics` labels come only from the config, so
+//! client-chosen model names neither grow the exposition nor forge series (parsed with a real
+//! OpenMetrics parser, not a hand-rolled one); `/metrics`, `/v1/scorecard` and `/dashboard`
+//! want a token or the admin listener; `switchyard logs` escapes what clients wrote; and a
+//! flood of 401s cannot fill the request log.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
