@@ -70,8 +70,35 @@ pub struct Config {
     pub admin: AdminConfig,
 }
 
-#[derive(Clone, Debug, Default)]
+/// A secret written in the config file; its `Debug` prints `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(Arc<str>);
+
+impl Token {
+    /// Wraps a token.
+    pub fn new(value: &str) -> Token {
+        Token(Arc::from(value))
+    }
+
+    /// The token itself, to compare with what a caller offers.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// `[admin]`: who may read `/metrics`, `/v1/scorecard` and `/dashboard`.
+#[derive(Clone, Debug)]
 pub struct AdminConfig {
+    /// A bearer token for the observability endpoints only (the admin token works too).
+    pub metrics_token: Option<Token>,
+    /// Scorecards computed at once; a request over this is answered 503.
+    pub max_concurrent_scorecards: usize,
     /// A file (mode 0600) holding the admin API's bearer token; the environment wins over it.
     pub token_file: Option<std::path::PathBuf>,
 }
@@ -140,6 +167,9 @@ pub struct AuthConfig {
     pub default_role: String,
     /// Which direct `provider/model` names clients may use.
     pub direct_models: DirectModels,
+    /// Log rows each source address's 401s get per minute; the rest are counted, then
+    /// summed up in one row.
+    pub unauthorized_log_rows_per_minute: u32,
 }
 
 #[derive(Clone, Debug)]

@@ -59,6 +59,11 @@ pub async fn start(listen: SocketAddr) -> Result<Demo, DemoError> {
 fn demo_config(primary: &FakeHandle, secondary: &FakeHandle, broken: &FakeHandle) -> String {
     format!(
         r#"
+# The observability endpoints on a loopback port of their own: no token to set up, and
+# nothing anonymous on the client port.
+[server]
+admin_listen = "127.0.0.1:0"
+
 [auth]
 required = false
 
@@ -108,8 +113,8 @@ degraded = {{ content = "The assistant is temporarily unavailable. Please try ag
     )
 }
 
-/// What to paste into a shell, one request a line.
-pub fn instructions(gateway: &str) -> String {
+/// What to paste into a shell, one request a line; `admin` serves metrics and the dashboard.
+pub fn instructions(gateway: &str, admin: &str) -> String {
     let url = format!("{gateway}/v1/chat/completions");
     let json = "-H 'content-type: application/json'";
     let ask = |model: &str, extra: &str| {
@@ -130,6 +135,10 @@ pub fn instructions(gateway: &str) -> String {
          curl -si {url} {json} {}\n\n\
          # 5. The same route in Anthropic's Messages format\n\
          curl -si {gateway}/v1/messages {json} {}\n\n\
+         # 6. What operators see, on the admin listener (loopback only, so no token): metrics, the scorecard, and a dashboard to open in a browser\n\
+         curl -s {admin}/metrics | grep switchyard_requests\n\
+         curl -s {admin}/v1/scorecard\n\
+         {admin}/dashboard\n\n\
          Each request is logged below. Ctrl-C stops the demo.\n",
         ask("smart", ""),
         ask("smart", ""),

@@ -256,7 +256,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Demo { listen } => {
             let demo = switchyard::demo::start(listen).await?;
-            println!("{}", switchyard::demo::instructions(&demo.gateway.url()));
+            let gateway = &demo.gateway;
+            let instructions = switchyard::demo::instructions(&gateway.url(), &gateway.admin_url());
+            println!("{instructions}");
             shutdown_signal().await;
             demo.gateway.shutdown().await?;
             Ok(ExitCode::SUCCESS)

@@ -10,6 +10,7 @@ mod connection;
 mod degraded;
 mod embeddings;
 mod error;
+mod flood;
 mod listener;
 mod messages;
 mod readiness;
@@ -76,6 +77,10 @@ pub struct Shared {
     pub readiness: readiness::Readiness,
     /// Turns true when shutdown's grace runs out: streams still open end with an error event.
     pub grace_over: tokio::sync::watch::Sender<bool>,
+    /// One permit per scorecard being computed (`[admin] max_concurrent_scorecards`).
+    pub scorecards: Arc<tokio::sync::Semaphore>,
+    /// How many 401s from each address still get a log row this minute.
+    pub unauthorized_rows: flood::UnauthorizedRows,
 }
 
 impl Deref for AppState {
@@ -199,6 +204,10 @@ impl AppState {
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
         let routes = config.routes.iter().cloned().map(Arc::new).collect();
         let health = Arc::new(Health::new(config.breaker.clone()));
+        let scorecards = Arc::new(tokio::sync::Semaphore::new(
+            config.admin.max_concurrent_scorecards,
+        ));
+        let unauthorized_rows = config.auth.unauthorized_log_rows_per_minute;
         let shared = Shared {
             config,
             routes,
@@ -214,6 +223,8 @@ impl AppState {
             draining: AtomicBool::new(false),
             readiness: readiness::Readiness::default(),
             grace_over: tokio::sync::watch::Sender::new(false),
+            scorecards,
+            unauthorized_rows: flood::UnauthorizedRows::new(unauthorized_rows),
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
@@ -249,21 +260,29 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/scorecard", get(scorecard::scorecard))
-        .route("/dashboard", get(scorecard::dashboard));
+        .route("/readyz", get(readyz));
     let routes = if state.config.server.admin_listen.is_none() {
-        routes.merge(admin_routes())
+        routes.merge(admin_routes()).merge(observability_routes())
     } else {
         routes
     };
     finish_router(routes, state)
 }
 
-/// The admin API alone, for its own address.
+/// The admin API and the observability endpoints, for `[server] admin_listen`.
 pub fn admin_app(state: AppState) -> Router {
-    finish_router(admin_routes(), state)
+    let routes = admin_routes()
+        .merge(observability_routes())
+        .layer(axum::Extension(admin::OnAdminListener));
+    finish_router(routes, state)
+}
+
+/// What operators watch; [`admin::Observer`] decides who may.
+fn observability_routes() -> Router<AppState> {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/v1/scorecard", get(scorecard::scorecard))
+        .route("/dashboard", get(scorecard::dashboard))
 }
 
 fn admin_routes() -> Router<AppState> {
@@ -517,7 +536,7 @@ async fn models(
     Ok(Json(json!({"object": "list", "data": data})))
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+async fn metrics(_: admin::Observer, State(state): State<AppState>) -> Response {
     admin::breakers::export(&state);
     let unreadable = i64::try_from(state.keys.unreadable_rows()).unwrap_or(i64::MAX);
     state

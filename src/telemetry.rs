@@ -176,7 +176,9 @@ impl Telemetry {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
         });
-        let metrics = Arc::new(metrics::Metrics::default());
+        let metrics = Arc::new(metrics::Metrics::new(metrics::LabelNames::from_config(
+            config,
+        )));
         let writer = writer::Writer::new(store, config, log.clone(), metrics.clone());
         let writer = tokio::spawn(writer.run(receiver));
         (
@@ -295,6 +297,16 @@ impl RecordGuard {
     /// Sends the record now.
     pub fn finish(mut self) {
         self.send();
+    }
+
+    /// Ends the request without a row: for refusals past their address's allowance, which
+    /// are counted instead.
+    pub fn discard(mut self) {
+        if self.record.take().is_some() {
+            self.telemetry
+                .in_flight
+                .send_modify(|n| *n = n.saturating_sub(1));
+        }
     }
 
     fn send(&mut self) {

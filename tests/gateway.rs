@@ -19,6 +19,7 @@ mod gateway {
     mod limits;
     mod lossless;
     mod messages;
+    mod metrics;
     mod operator;
     mod passthrough;
     mod readme;

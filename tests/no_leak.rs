@@ -196,6 +196,7 @@ async fn the_secret_is_never_exposed() {
     seen.push_str(&breakers.text().await.unwrap());
     let metrics = client()
         .get(format!("{}/metrics", gateway.url()))
+        .bearer_auth(TOKEN)
         .send()
         .await
         .unwrap();

@@ -39,9 +39,12 @@ pub struct RawConfig {
     pub admin: RawAdmin,
 }
 
+/// Who may read the observability endpoints, and how many scorecards run at once.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
+    pub metrics_token: Option<String>,
+    pub max_concurrent_scorecards: Option<u32>,
     pub token_file: Option<String>,
 }
 
@@ -95,6 +98,7 @@ pub struct RawAuth {
     pub required: Option<bool>,
     pub default_role: Option<String>,
     pub direct_models: Option<RawDirectModels>,
+    pub unauthorized_log_rows_per_minute: Option<u32>,
 }
 
 /// `direct_models = false | true | ["provider/*", ...]`.

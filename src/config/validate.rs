@@ -119,10 +119,12 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let log = telemetry::log(&mut errors, raw.log);
     let alerts = telemetry::alerts(&mut errors, raw.alerts);
     let prices = telemetry::prices(&mut errors, raw.prices, &providers);
+    let admin = telemetry::admin(&mut errors, raw.admin);
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
         direct_models: access::direct_models(&mut errors, raw.auth.direct_models),
+        unauthorized_log_rows_per_minute: raw.auth.unauthorized_log_rows_per_minute.unwrap_or(10),
     };
     let store_url = raw
         .store
@@ -134,9 +136,6 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
             "store.url",
             format!("`{store_url}` is not a store: use sqlite://PATH or sqlite::memory:"),
         );
-    }
-    if raw.admin.token_file.as_deref() == Some("") {
-        errors.add("admin.token_file", "must not be empty");
     }
     let roles = raw
         .roles
@@ -181,9 +180,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         log,
         alerts,
         prices,
-        admin: AdminConfig {
-            token_file: raw.admin.token_file.map(std::path::PathBuf::from),
-        },
+        admin,
     })
 }
 

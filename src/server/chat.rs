@@ -18,6 +18,7 @@ use super::admission;
 use super::connection::is_body_timeout;
 use super::degraded;
 use super::error::ApiError;
+use super::listener::ClientAddr;
 use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
 use crate::config::Route;
@@ -57,15 +58,17 @@ const CHAT: Endpoint = Endpoint {
 
 pub async fn chat_completions(
     State(state): State<AppState>,
+    peer: ClientAddr,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&state, &headers, body, &CHAT).await
+    handle(&state, peer, &headers, body, &CHAT).await
 }
 
 /// Checks a request on `endpoint`, routes it, and answers in the endpoint's format.
 pub(super) async fn handle(
     state: &AppState,
+    peer: ClientAddr,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     endpoint: &Endpoint,
@@ -78,7 +81,7 @@ pub(super) async fn handle(
     let format = endpoint.format;
     let caller = match admission::authenticate(state, headers, &mut guard) {
         Ok(caller) => caller,
-        Err(error) => return refuse(guard, error, format),
+        Err(error) => return unauthenticated(state, peer, guard, error, format),
     };
     // The body is checked before the limits are taken, so a malformed request costs no quota.
     let mut prepared = match prepare(state, body, endpoint) {
@@ -469,6 +472,29 @@ pub(super) async fn refuse_declared_oversize(
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+/// Refuses a request whose caller is unknown: with its own log row while its address has
+/// rows left this minute, else counted in a metric and summed up in a later row.
+fn unauthenticated(
+    state: &AppState,
+    peer: ClientAddr,
+    guard: RecordGuard,
+    error: ApiError,
+    format: ClientFormat,
+) -> Response {
+    let verdict = state
+        .unauthorized_rows
+        .check(peer.0, tokio::time::Instant::now());
+    for summary in verdict.summaries {
+        state.telemetry.record(summary);
+    }
+    if verdict.write {
+        return refuse(guard, error, format);
+    }
+    state.telemetry.metrics.unauthorized_rows_dropped.inc();
+    guard.discard();
+    error.into_response_for(format)
 }
 
 /// Refuses a request before routing, with one log row like any other request.

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Frame, Incoming, SizeHint};
@@ -29,6 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 
+use super::listener::Peer;
 use crate::providers::{self, ClientFormat};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord, Telemetry};
 
@@ -58,6 +60,7 @@ impl Timeouts {
 /// Serves one connection until it closes, a timeout ends it, or shutdown drains it.
 pub async fn serve(
     stream: ClientStream,
+    peer: Peer,
     router: Router,
     timeouts: Timeouts,
     mut stop: watch::Receiver<bool>,
@@ -67,6 +70,7 @@ pub async fn serve(
         inner: TowerToHyperService::new(router),
         activity: activity.clone(),
         body_timeout: timeouts.body,
+        peer,
     };
     let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
@@ -285,6 +289,8 @@ struct Tracked {
     inner: TowerToHyperService<Router>,
     activity: Arc<Activity>,
     body_timeout: Duration,
+    /// The connection's client, recorded on each request for the handlers that need it.
+    peer: Peer,
 }
 
 type TrackedFuture = Pin<Box<dyn Future<Output = Result<Response<ActiveBody>, Infallible>> + Send>>;
@@ -297,11 +303,12 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
     fn call(&self, request: Request<Incoming>) -> TrackedFuture {
         let in_flight = self.activity.begin();
         let deadline = Instant::now() + self.body_timeout;
-        let request = request.map(|body| TimedBody {
+        let mut request = request.map(|body| TimedBody {
             inner: body,
             deadline,
             timer: None,
         });
+        request.extensions_mut().insert(ConnectInfo(self.peer));
         let response = hyper::service::Service::call(&self.inner, request);
         Box::pin(async move {
             let response = response.await?;

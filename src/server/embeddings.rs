@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::AppState;
 use super::chat::{Endpoint, handle};
 use super::error::ApiError;
+use super::listener::ClientAddr;
 use crate::providers::{ClientFormat, Operation};
 
 const EMBEDDINGS: Endpoint = Endpoint {
@@ -22,10 +23,11 @@ const EMBEDDINGS: Endpoint = Endpoint {
 
 pub async fn embeddings(
     State(state): State<AppState>,
+    peer: ClientAddr,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&state, &headers, body, &EMBEDDINGS).await
+    handle(&state, peer, &headers, body, &EMBEDDINGS).await
 }
 
 /// `input` is a string, or an array (of strings, or of token ids); embeddings never stream.

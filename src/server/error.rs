@@ -48,6 +48,9 @@ pub enum ApiError {
     Missing(String),
     #[error("{0}")]
     Internal(&'static str),
+    /// Too much of one kind of work at once; retrying in a moment helps.
+    #[error("{0}")]
+    Busy(&'static str),
 }
 
 impl ApiError {
@@ -64,7 +67,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable => {
+            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable | ApiError::Busy(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -96,6 +99,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Missing(_) => "not_found",
             ApiError::Internal(_) => "internal_error",
+            ApiError::Busy(_) => "busy",
         }
     }
 
@@ -104,7 +108,9 @@ impl ApiError {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
             ApiError::RateLimited(_) => "rate_limit_error",
-            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable => "api_error",
+            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable | ApiError::Busy(_) => {
+                "api_error"
+            }
             _ => "invalid_request_error",
         }
     }
@@ -146,6 +152,12 @@ impl ApiError {
                 (status, content_type, body).into_response()
             }
         };
+        if let ApiError::Busy(_) = &self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
         if let ApiError::RateLimited(refusal) = &self {
             super::admission::add_rate_headers(&mut response, &refusal.headers);
             response.headers_mut().insert(

@@ -1,10 +1,14 @@
 //! The accept loop: at most `max_connections` clients served at once, a few more told so
-//! with a 503, and a shutdown that drains within `shutdown_grace` whatever clients do.
+//! with a 503, and a shutdown that drains within `shutdown_grace` whatever clients do. Each
+//! request carries its connection's peer address for the handlers that need it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::FromRequestParts;
+use axum::extract::connect_info::ConnectInfo;
+use axum::http::request::Parts;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -124,8 +128,8 @@ pub async fn serve(
             }
             accepted = listener.accept() => accepted,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok((stream, peer)) => (stream, Peer(peer)),
             Err(error) => {
                 // Out of descriptors, most likely: waiting lets connections close, where
                 // retrying at once would spin.
@@ -140,7 +144,7 @@ pub async fn serve(
         if let Ok(slot) = slots.clone().try_acquire_owned() {
             drop(waiting);
             connections.spawn(async move {
-                connection::serve(stream, router, timeouts, stop).await;
+                connection::serve(stream, peer, router, timeouts, stop).await;
                 drop(slot);
             });
             continue;
@@ -151,7 +155,7 @@ pub async fn serve(
             match slot {
                 Ok(Ok(slot)) => {
                     drop(waiting);
-                    connection::serve(stream, router, timeouts, stop).await;
+                    connection::serve(stream, peer, router, timeouts, stop).await;
                     drop(slot);
                 }
                 _ => {
@@ -210,5 +214,23 @@ mod tests {
     fn a_configured_cap_wins() {
         assert_eq!(Capacity::for_clients(Some(7)).max, 7);
         assert!(Capacity::for_clients(None).max >= 1);
+    }
+}
+
+/// A connection's peer, recorded by the server for each request on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
+
+/// The client's address, when the server recorded it (a router driven directly, as some
+/// tests do, has none); extracting it never fails.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientAddr, Self::Rejection> {
+        let peer = parts.extensions.get::<ConnectInfo<Peer>>();
+        Ok(ClientAddr(peer.map(|ConnectInfo(Peer(addr))| addr.ip())))
     }
 }

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use super::AppState;
 use super::chat::{Endpoint, handle, stream_flag};
 use super::error::ApiError;
+use super::listener::ClientAddr;
 use crate::providers::{ClientFormat, Operation};
 
 const MESSAGES: Endpoint = Endpoint {
@@ -22,10 +23,11 @@ const MESSAGES: Endpoint = Endpoint {
 
 pub async fn messages(
     State(state): State<AppState>,
+    peer: ClientAddr,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    handle(&state, &headers, body, &MESSAGES).await
+    handle(&state, peer, &headers, body, &MESSAGES).await
 }
 
 /// The Messages API's own fields. `max_tokens` may be left out: Anthropic steps fill in the

@@ -6,6 +6,7 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 
+use super::admin::Observer;
 use super::{ApiError, AppState};
 use crate::store::KeyState;
 use crate::store::now_ms;
@@ -16,7 +17,16 @@ use crate::telemetry::scorecard::{self, LiveState, Scorecard};
 const DASHBOARD: &str = include_str!("dashboard.html");
 
 /// The scorecard over 5 m, 1 h and 24 h, read from the log so it survives restarts.
-pub async fn scorecard(State(state): State<AppState>) -> Result<Json<Scorecard>, ApiError> {
+pub async fn scorecard(
+    _: Observer,
+    State(state): State<AppState>,
+) -> Result<Json<Scorecard>, ApiError> {
+    // Each one is real work, so a burst of them must not crowd out the requests we serve.
+    // The permit goes into the computation itself, so a caller that hangs up frees no room
+    // while the work it started still runs.
+    let permit = state.scorecards.clone().try_acquire_owned().map_err(|_| {
+        ApiError::Busy("too many scorecards are being computed at once; retry in a moment")
+    })?;
     let unreadable = |error: crate::store::StoreError| {
         tracing::error!(%error, "scorecard: cannot read the store");
         ApiError::Internal("the request log cannot be read")
@@ -51,14 +61,17 @@ pub async fn scorecard(State(state): State<AppState>) -> Result<Json<Scorecard>,
     };
     let alerts = state.config.alerts.clone();
     // A day of rows is real work: keep it off the threads that serve requests.
-    let card = tokio::task::spawn_blocking(move || scorecard::compute(&rows, now, &live, &alerts))
-        .await
-        .map_err(|_| ApiError::Internal("the scorecard could not be computed"))?;
+    let card = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        scorecard::compute(&rows, now, &live, &alerts)
+    })
+    .await
+    .map_err(|_| ApiError::Internal("the scorecard could not be computed"))?;
     Ok(Json(card))
 }
 
 /// The operator's page; it fetches `/v1/scorecard` every few seconds.
-pub async fn dashboard() -> Response {
+pub async fn dashboard(_: Observer) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -67,4 +80,40 @@ pub async fn dashboard() -> Response {
         DASHBOARD,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::server::StartOptions;
+
+    #[tokio::test]
+    async fn scorecards_over_the_cap_are_refused_until_one_finishes() {
+        let config = Config::parse(
+            "[store]\nurl = \"sqlite::memory:\"\n[admin]\nmax_concurrent_scorecards = 2\n",
+        )
+        .unwrap();
+        let (state, _writer) = AppState::new(config, StartOptions::default())
+            .await
+            .unwrap();
+        // Two computations in flight, as two slow callers would hold them.
+        let first = state.scorecards.clone().try_acquire_owned().unwrap();
+        let _second = state.scorecards.clone().try_acquire_owned().unwrap();
+
+        let refused = scorecard(Observer, State(state.clone()))
+            .await
+            .err()
+            .unwrap();
+        let response = refused.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()["retry-after"], "1");
+
+        drop(first);
+        assert!(scorecard(Observer, State(state.clone())).await.is_ok());
+        // The permit it took went back when the computation finished.
+        assert_eq!(state.scorecards.available_permits(), 1);
+    }
 }

@@ -1,5 +1,10 @@
 //! `switchyard logs`: the stored request log as a table for people or JSON lines for tools.
+//!
+//! Rows hold strings clients chose (a direct `provider/model` is any text after the slash),
+//! so the table escapes control characters: a name must not move the cursor, clear the
+//! operator's screen or start a line that looks like another row.
 
+use std::borrow::Cow;
 use std::fmt::Write;
 
 use crate::store::request_log::LogRow;
@@ -24,6 +29,7 @@ pub fn table(rows: &[LogRow]) -> String {
         "ATTEMPTS"
     );
     for row in rows {
+        let row = &printable_row(row);
         let served = match (&row.provider, &row.model) {
             (Some(p), Some(m)) => format!("{p}/{m}"),
             _ => "-".into(),
@@ -67,6 +73,52 @@ pub fn table(rows: &[LogRow]) -> String {
     out
 }
 
+/// The row with every string it shows made [`printable`].
+fn printable_row(row: &LogRow) -> LogRow {
+    let text = |s: &String| printable(s).into_owned();
+    let optional = |s: &Option<String>| s.as_ref().map(text);
+    let mut row = row.clone();
+    row.id = text(&row.id);
+    row.outcome = text(&row.outcome);
+    row.route = optional(&row.route);
+    row.provider = optional(&row.provider);
+    row.model = optional(&row.model);
+    row.error = optional(&row.error);
+    for attempt in &mut row.attempts {
+        attempt.provider = text(&attempt.provider);
+        attempt.model = text(&attempt.model);
+        attempt.failure = optional(&attempt.failure);
+    }
+    row
+}
+
+/// `text` safe to print to a terminal: control characters, and the invisible ones that
+/// reorder or hide text (bidi overrides, zero-width marks), written as escapes like `\n`
+/// and `\u{1b}`.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(unprintable) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if unprintable(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
 /// `YYYY-MM-DD HH:MM:SS.mmm` in UTC, from epoch milliseconds.
 pub fn utc(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
@@ -97,7 +149,16 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 
 #[cfg(test)]
 mod tests {
-    use super::utc;
+    use super::{printable, utc};
+
+    #[test]
+    fn control_and_invisible_characters_are_escaped() {
+        assert_eq!(printable("groq/llama-3.1 é"), "groq/llama-3.1 é");
+        assert_eq!(
+            printable("a\u{1b}[2J\r\nb\tc\u{7f}\u{202e}d\u{200b}"),
+            "a\\u{1b}[2J\\r\\nb\\tc\\u{7f}\\u{202e}d\\u{200b}"
+        );
+    }
 
     #[test]
     fn dates_are_utc_calendar_dates() {

@@ -1,6 +1,7 @@
 //! Prometheus metrics, one registry per gateway (no process-wide recorder), so every
 //! gateway in a test process counts only its own requests.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -13,28 +14,36 @@ use prometheus_client::registry::Registry;
 
 use super::RequestRecord;
 
+mod labels;
+
+pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
+
+/// `switchyard_requests_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteOutcome {
-    pub route: String,
-    pub outcome: String,
+    pub route: LabelValue,
+    pub outcome: &'static str,
 }
 
+/// `switchyard_attempts_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
-    pub provider: String,
-    pub model: String,
-    pub result: String,
+    pub provider: LabelValue,
+    pub model: LabelValue,
+    pub result: &'static str,
 }
 
+/// The labels of per-deployment families: tokens, cost, breaker state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderModel {
-    pub provider: String,
-    pub model: String,
+    pub provider: LabelValue,
+    pub model: LabelValue,
 }
 
+/// The labels of per-route histograms.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
-    pub route: String,
+    pub route: LabelValue,
 }
 
 fn latency_histogram() -> Histogram {
@@ -45,6 +54,8 @@ fn latency_histogram() -> Histogram {
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
+    /// The names labels may carry; anything else is counted as `other`.
+    names: LabelNames,
     pub requests: Family<RouteOutcome, Counter>,
     pub attempts: Family<AttemptLabels, Counter>,
     pub duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
@@ -63,12 +74,23 @@ pub struct Metrics {
     pub log_rows_lost: Counter,
     /// Provider-key rows the last reload could not decrypt, and skipped.
     pub provider_keys_unreadable: Gauge,
+    /// 401s past their source address's allowance of log rows, counted instead of logged.
+    pub unauthorized_rows_dropped: Counter,
 }
 
 impl Default for Metrics {
+    /// Metrics with no configured names.
     fn default() -> Metrics {
+        Metrics::new(LabelNames::default())
+    }
+}
+
+impl Metrics {
+    /// Metrics whose labels are limited to `names`.
+    pub fn new(names: LabelNames) -> Metrics {
         let mut registry = Registry::default();
         let metrics = Metrics {
+            names,
             requests: Family::default(),
             attempts: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
@@ -82,6 +104,7 @@ impl Default for Metrics {
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
+            unauthorized_rows_dropped: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -149,34 +172,34 @@ impl Default for Metrics {
             "Provider-key rows that do not decrypt under the master key, skipped at the last reload",
             metrics.provider_keys_unreadable.clone(),
         );
+        registry.register(
+            "switchyard_unauthorized_rows_dropped",
+            "401s not logged one by one: past their address's allowance of rows a minute",
+            metrics.unauthorized_rows_dropped.clone(),
+        );
         Metrics {
             registry,
             ..metrics
         }
     }
-}
 
-impl Metrics {
     /// Counts one finished request.
     pub fn observe(&self, record: &RequestRecord) {
-        let route = record
-            .route
-            .as_ref()
-            .map(|r| r.to_string())
-            .unwrap_or_else(|| "-".into());
+        let names = &self.names;
+        let route = names.route(record.route.as_ref().map(|r| r.as_str()));
         self.requests
             .get_or_create(&RouteOutcome {
                 route: route.clone(),
-                outcome: record.outcome.as_str().into(),
+                outcome: record.outcome.as_str(),
             })
             .inc();
         for attempt in &record.attempts {
-            let result = attempt.failure.map(|f| f.kind()).unwrap_or("success");
+            let (provider, model) = (attempt.provider.as_str(), attempt.model.as_str());
             self.attempts
                 .get_or_create(&AttemptLabels {
-                    provider: attempt.provider.to_string(),
-                    model: attempt.model.to_string(),
-                    result: result.into(),
+                    provider: names.provider(provider),
+                    model: names.model(provider, model),
+                    result: attempt.failure.map(|f| f.kind()).unwrap_or("success"),
                 })
                 .inc();
         }
@@ -191,10 +214,7 @@ impl Metrics {
             self.ttft.get_or_create(&label).observe(ttft.as_secs_f64());
         }
         if let (Some(provider), Some(model)) = (&record.provider, &record.model) {
-            let labels = ProviderModel {
-                provider: provider.to_string(),
-                model: model.to_string(),
-            };
+            let labels = self.deployment(provider.as_str(), model.as_str());
             if let Some(tokens) = record.tokens_in {
                 self.tokens_in.get_or_create(&labels).inc_by(tokens);
             }
@@ -207,6 +227,29 @@ impl Metrics {
         }
     }
 
+    /// Sets `switchyard_breaker_state` from every breaker's `(provider, model, gauge)`.
+    /// Breakers that share a label (the unconfigured models counted as `other`) show the
+    /// worst state among them, so an open one is never hidden by a closed one.
+    pub fn set_breakers<'a>(&self, states: impl IntoIterator<Item = (&'a str, &'a str, i64)>) {
+        let mut worst: HashMap<ProviderModel, i64> = HashMap::new();
+        for (provider, model, gauge) in states {
+            let state = worst
+                .entry(self.deployment(provider, model))
+                .or_insert(gauge);
+            *state = (*state).max(gauge);
+        }
+        for (labels, gauge) in worst {
+            self.breaker_state.get_or_create(&labels).set(gauge);
+        }
+    }
+
+    fn deployment(&self, provider: &str, model: &str) -> ProviderModel {
+        ProviderModel {
+            provider: self.names.provider(provider),
+            model: self.names.model(provider, model),
+        }
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -215,3 +258,6 @@ impl Metrics {
         out
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -420,6 +420,7 @@ async fn the_admin_api_is_off_without_a_token() {
 async fn metrics_text(gateway: &Gateway) -> String {
     client()
         .get(format!("{}/metrics", gateway.url()))
+        .bearer_auth(TOKEN)
         .send()
         .await
         .unwrap()

@@ -67,9 +67,11 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
         return;
     };
     let (primary, secondary) = scripted_fakes().await;
-    let gateway = gateway(&scripted_config(&primary, &secondary, "")).await;
+    // On the admin listener, where the page and its scorecard need no token.
+    let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n";
+    let gateway = gateway(&scripted_config(&primary, &secondary, listen)).await;
     run_script(&gateway).await;
-    let url = format!("{}/dashboard", gateway.url());
+    let url = format!("{}/dashboard", gateway.admin_url());
 
     let dom = chromium(binary.clone(), url.clone(), vec!["--dump-dom".into()]).await;
     assert!(
@@ -112,4 +114,32 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     .await;
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 10_000, "a screenshot at {}", shot.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password() {
+    let test = "on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password";
+    let Some(binary) = services::chromium(test) else {
+        return;
+    };
+    let (primary, secondary) = scripted_fakes().await;
+    let gateway = gateway(&scripted_config(&primary, &secondary, OBSERVABILITY)).await;
+    run_script(&gateway).await;
+    let with_token = format!(
+        "http://operator:{METRICS_TOKEN}@{}/dashboard",
+        gateway.addr()
+    );
+    let dom = chromium(binary.clone(), with_token, vec!["--dump-dom".into()]).await;
+    assert!(
+        dom.contains("data-loaded=\"true\""),
+        "the page's own fetch of the scorecard was let in:\n{dom}"
+    );
+    assert_eq!(points(&dom, "requests").iter().sum::<f64>(), 100.0);
+
+    let without = format!("{}/dashboard", gateway.url());
+    let dom = chromium(binary, without, vec!["--dump-dom".into()]).await;
+    assert!(
+        !dom.contains("data-point"),
+        "nothing drawn without the token:\n{dom}"
+    );
 }

@@ -412,7 +412,11 @@ mod redis {
         let ready: Value = ready.json().await.unwrap();
         assert_eq!(ready["status"], "degraded");
 
-        let lenient = gateway(&redis_config(&fake, &prefix(), &url, "open", "fixed")).await;
+        let lenient = gateway(&format!(
+            "{}{OBSERVABILITY}",
+            redis_config(&fake, &prefix(), &url, "open", "fixed")
+        ))
+        .await;
         assert_eq!(send(&client, &lenient, "k", "smart").await.status(), 200);
         let ready: Value = client
             .get(format!("{}/readyz", lenient.url()))
@@ -423,14 +427,7 @@ mod redis {
             .await
             .unwrap();
         assert_eq!(ready["status"], "degraded");
-        let metrics = client
-            .get(format!("{}/metrics", lenient.url()))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = observe(&lenient, "/metrics").await.text().await.unwrap();
         assert!(
             metrics.contains("switchyard_limit_backend_errors_total 1"),
             "{metrics}"

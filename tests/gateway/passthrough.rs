@@ -201,21 +201,15 @@ async fn models_health_and_readiness_answer() {
 async fn metrics_count_requests_by_route_and_outcome() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = gateway(&format!(
-        "{}{}",
+        "{}{}{}",
         provider("up", &fake),
-        route("smart", &[("up", "gpt-x")], "")
+        route("smart", &[("up", "gpt-x")], ""),
+        OBSERVABILITY
     ))
     .await;
     let response = post(&gateway, &chat("smart")).await;
     record(&gateway, header(&response, "x-switchyard-request-id")).await;
-    let text = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = observe(&gateway, "/metrics").await.text().await.unwrap();
     assert!(
         text.contains("switchyard_requests_total{route=\"smart\",outcome=\"success\"} 1"),
         "{text}"

@@ -212,3 +212,19 @@ pub fn anthropic_text(events: &[(String, Value)]) -> String {
         .filter_map(|(_, data)| data["delta"]["text"].as_str().map(str::to_owned))
         .collect()
 }
+
+/// The observability token that [`OBSERVABILITY`] configures.
+pub const METRICS_TOKEN: &str = "test-metrics-token";
+
+/// An `[admin]` section that lets tests read `/metrics`, `/v1/scorecard` and `/dashboard`.
+pub const OBSERVABILITY: &str = "[admin]\nmetrics_token = \"test-metrics-token\"\n";
+
+/// GETs an observability endpoint on the client port with [`METRICS_TOKEN`].
+pub async fn observe(gateway: &Gateway, path: &str) -> reqwest::Response {
+    client()
+        .get(format!("{}{path}", gateway.url()))
+        .bearer_auth(METRICS_TOKEN)
+        .send()
+        .await
+        .expect("gateway answers")
+}

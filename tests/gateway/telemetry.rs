@@ -58,12 +58,9 @@ pub fn sample(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// An observability endpoint's JSON, read with the token [`OBSERVABILITY`] configures.
 pub async fn get_json(gateway: &Gateway, path: &str) -> Value {
-    let response = client()
-        .get(format!("{}{path}", gateway.url()))
-        .send()
-        .await
-        .unwrap();
+    let response = observe(gateway, path).await;
     assert_eq!(response.status(), 200, "{path}");
     response.json().await.unwrap()
 }
@@ -157,18 +154,11 @@ async fn seventy_twenty_ten_are_exact_in_metrics_and_the_scorecard_even_after_a_
     let (primary, secondary) = scripted_fakes().await;
     let db = std::env::temp_dir().join(format!("switchyard-card-{}.db", uuid::Uuid::now_v7()));
     let store = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
-    let config = scripted_config(&primary, &secondary, &store);
+    let config = scripted_config(&primary, &secondary, &format!("{store}{OBSERVABILITY}"));
     let gateway = gateway(&config).await;
     run_script(&gateway).await;
 
-    let text = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = observe(&gateway, "/metrics").await.text().await.unwrap();
     let samples = parse_metrics(&text);
     let requests = |outcome| {
         sample(
@@ -236,16 +226,13 @@ async fn seventy_twenty_ten_are_exact_in_metrics_and_the_scorecard_even_after_a_
 async fn the_dashboard_is_one_page_with_nothing_external() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = gateway(&format!(
-        "{}{}",
+        "{}{}{}",
         provider("up", &fake),
-        route("r", &[("up", "m")], "")
+        route("r", &[("up", "m")], ""),
+        OBSERVABILITY
     ))
     .await;
-    let response = client()
-        .get(format!("{}/dashboard", gateway.url()))
-        .send()
-        .await
-        .unwrap();
+    let response = observe(&gateway, "/dashboard").await;
     assert_eq!(response.status(), 200);
     assert!(header(&response, "content-type").starts_with("text/html"));
     let page = response.text().await.unwrap();

@@ -1,12 +1,15 @@
-//! `[log]`, `[alerts]` and `[[prices]]`: what the request log keeps and how it is judged.
+//! `[log]`, `[alerts]`, `[[prices]]` and `[admin]`: what the request log keeps, how it is
+//! judged, and who may read the views of it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::Errors;
-use crate::config::raw::{RawAlerts, RawLog, RawPrice};
-use crate::config::{AlertsConfig, LogConfig, ModelName, Price, Provider, ProviderId};
+use crate::config::raw::{RawAdmin, RawAlerts, RawLog, RawPrice};
+use crate::config::{
+    AdminConfig, AlertsConfig, LogConfig, ModelName, Price, Provider, ProviderId, Token,
+};
 
 /// Thirty days of request log unless `[log] retention` says otherwise.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
@@ -14,6 +17,36 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 pub const DEFAULT_AVAILABILITY_TARGET: f64 = 0.99;
 /// One request in five served by a later step means the primary is in real trouble.
 pub const DEFAULT_FALLBACK_RATE_MAX: f64 = 0.2;
+
+/// Two scorecards at once: each reads a day of the log, and a dashboard polls every 5 s.
+pub const DEFAULT_MAX_CONCURRENT_SCORECARDS: u32 = 2;
+
+pub fn admin(errors: &mut Errors, raw: RawAdmin) -> AdminConfig {
+    if raw
+        .metrics_token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        errors.add(
+            "admin.metrics_token",
+            "must not be empty (leave it out instead)",
+        );
+    }
+    let max = raw
+        .max_concurrent_scorecards
+        .unwrap_or(DEFAULT_MAX_CONCURRENT_SCORECARDS);
+    if max == 0 {
+        errors.add("admin.max_concurrent_scorecards", "must be at least 1");
+    }
+    if raw.token_file.as_deref() == Some("") {
+        errors.add("admin.token_file", "must not be empty");
+    }
+    AdminConfig {
+        metrics_token: raw.metrics_token.as_deref().map(Token::new),
+        max_concurrent_scorecards: max as usize,
+        token_file: raw.token_file.map(std::path::PathBuf::from),
+    }
+}
 
 pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
     let retention = errors.duration("log.retention", raw.retention.as_deref(), DEFAULT_RETENTION);
@@ -129,5 +162,23 @@ mod tests {
         ));
         assert!(errors[0].starts_with("prices[0]"), "{errors:?}");
         assert!(errors[0].contains("currency"), "{errors:?}");
+    }
+
+    #[test]
+    fn admin_settings_are_checked_and_the_token_is_never_printed() {
+        let errors = errors("[admin]\nmetrics_token = \" \"\nmax_concurrent_scorecards = 0\n");
+        for field in ["admin.metrics_token", "admin.max_concurrent_scorecards"] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(field)),
+                "{field}: {errors:?}"
+            );
+        }
+        let config = Config::parse("[admin]\nmetrics_token = \"tok-3141592653\"\n").unwrap();
+        assert_eq!(
+            config.admin.metrics_token.as_ref().map(|t| t.expose()),
+            Some("tok-3141592653")
+        );
+        assert_eq!(config.admin.max_concurrent_scorecards, 2);
+        assert!(!format!("{config:?}").contains("tok-3141592653"));
     }
 }

@@ -12,7 +12,6 @@ use tokio::time::Instant;
 
 use super::Admin;
 use crate::server::{ApiError, AppState};
-use crate::telemetry::metrics::ProviderModel;
 
 /// Every breaker the gateway has used: state, failure counts, time to the next probe.
 pub async fn list(_: Admin, State(state): State<AppState>) -> Json<Value> {
@@ -73,18 +72,12 @@ pub async fn reset(
 
 /// Sets `switchyard_breaker_state` from the breakers, as a scrape reads it.
 pub fn export(state: &AppState) {
-    for (provider, model, gauge) in state.health.states() {
-        let labels = ProviderModel {
-            provider: provider.to_string(),
-            model: model.to_string(),
-        };
-        state
-            .telemetry
-            .metrics
-            .breaker_state
-            .get_or_create(&labels)
-            .set(gauge);
-    }
+    let states = state.health.states();
+    state.telemetry.metrics.set_breakers(
+        states
+            .iter()
+            .map(|(provider, model, gauge)| (provider.as_str(), model.as_str(), *gauge)),
+    );
 }
 
 /// Whole milliseconds, rounded up: waiting that long is always enough.

@@ -1,0 +1,160 @@
+//! Every label path fed arbitrary strings, and the output read back by a real OpenMetrics
+//! parser: it always parses, and its label values are configured names (escaped and
+//! unescaped intact) or the fixed `other` and `-`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openmetrics_parser::openmetrics::parse_openmetrics;
+use proptest::prelude::*;
+
+use super::*;
+use crate::config::{ModelName, ProviderId, RouteName};
+use crate::router::FailureClass;
+use crate::telemetry::{AttemptRecord, Outcome};
+
+/// What the parser should read back for a configured name: controls other than newline
+/// cannot be written in the format, so they come back as U+FFFD.
+fn read_back(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+/// A finished request through `route`, served by `provider/model` after one failed attempt.
+fn record(route: Option<&str>, provider: &str, model: &str) -> RequestRecord {
+    let attempt = |failure| AttemptRecord {
+        step: 0,
+        provider: ProviderId(Arc::from(provider)),
+        model: ModelName(Arc::from(model)),
+        failure,
+        status: Some(200),
+        latency: Duration::from_millis(5),
+    };
+    RequestRecord {
+        route: route.map(|r| RouteName(Arc::from(r))),
+        outcome: Outcome::Fallback,
+        provider: Some(ProviderId(Arc::from(provider))),
+        model: Some(ModelName(Arc::from(model))),
+        attempts: vec![attempt(Some(FailureClass::ServerError)), attempt(None)],
+        ttft: Some(Duration::from_millis(7)),
+        tokens_in: Some(3),
+        tokens_out: Some(4),
+        cost_usd: Some(0.5),
+        ..RequestRecord::new("id".into(), true)
+    }
+}
+
+/// `(family, labels)`, `le` left out.
+type Series = BTreeSet<(String, BTreeMap<String, String>)>;
+
+/// Every series of an exposition; fails the case when it does not parse.
+fn series(text: &str) -> Result<Series, TestCaseError> {
+    let exposition = parse_openmetrics(text)
+        .map_err(|e| TestCaseError::fail(format!("not valid OpenMetrics: {e:?}\n{text}")))?;
+    let mut series = BTreeSet::new();
+    for (name, family) in &exposition.families {
+        for sample in family.iter_samples() {
+            let labels = sample
+                .get_labelset()
+                .map_err(|e| TestCaseError::fail(format!("{e:?}")))?
+                .iter()
+                .filter(|(k, _)| k.as_str() != "le")
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            series.insert((name.clone(), labels));
+        }
+    }
+    Ok(series)
+}
+
+fn name() -> impl Strategy<Value = String> {
+    // Arbitrary text, weighted towards the characters that break an unescaped exposition.
+    prop_oneof![
+        any::<String>(),
+        "[a-z\"\\\\\n\r{}=,# EOF]{0,12}",
+        Just("x\"} 1\n# EOF\n".to_owned()),
+    ]
+}
+
+/// A name the config can hold: validation refuses empty ones.
+fn configured() -> impl Strategy<Value = String> {
+    name().prop_filter("configured names are not empty", |n| !n.is_empty())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn arbitrary_names_on_every_label_path_parse_back_as_configured_names_or_other(
+        routes in prop::collection::vec(configured(), 1..4),
+        pairs in prop::collection::vec((configured(), configured()), 1..4),
+        hostile in prop::collection::vec((name(), name(), name()), 1..6),
+    ) {
+        let names = LabelNames::new(
+            routes.iter().map(String::as_str),
+            pairs.iter().map(|(p, m)| (p.as_str(), m.as_str())),
+        );
+        let metrics = Metrics::new(names);
+        let mut breakers = Vec::new();
+        for (route, (provider, model)) in routes.iter().zip(pairs.iter().cycle()) {
+            metrics.observe(&record(Some(route), provider, model));
+            breakers.push((provider.as_str(), model.as_str(), 0));
+        }
+        for (route, provider, model) in &hostile {
+            // A client's route name, at a configured provider and at an unknown one.
+            metrics.observe(&record(Some(route), &pairs[0].0, model));
+            metrics.observe(&record(Some(&format!("{provider}/{model}")), provider, model));
+            breakers.push((provider.as_str(), model.as_str(), 2));
+        }
+        metrics.observe(&record(None, &pairs[0].0, &pairs[0].1));
+        metrics.set_breakers(breakers);
+
+        let series = series(&metrics.render())?;
+        let mut allowed: BTreeSet<String> = [OTHER, NO_ROUTE, "fallback", "success", "server_error"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        allowed.extend(routes.iter().map(|r| read_back(r)));
+        for (provider, model) in &pairs {
+            allowed.insert(read_back(provider));
+            allowed.insert(read_back(model));
+            allowed.insert(read_back(&format!("{provider}/{model}")));
+        }
+        for (family, labels) in &series {
+            prop_assert!(family.starts_with("switchyard_"), "forged family {family}");
+            for value in labels.values() {
+                prop_assert!(allowed.contains(value), "{family}: `{value:?}` is not a configured name");
+            }
+        }
+        // Configured names survive the round trip, so their series are still usable.
+        for route in &routes {
+            let route = read_back(route);
+            prop_assert!(series.iter().any(|(f, l)| f == "switchyard_requests" && l.get("route") == Some(&route)));
+        }
+        let (provider, model) = (read_back(&pairs[0].0), read_back(&pairs[0].1));
+        prop_assert!(series.iter().any(|(f, l)| f == "switchyard_attempts"
+            && l.get("provider") == Some(&provider) && l.get("model") == Some(&model)));
+        let route_values: BTreeSet<_> = series.iter().filter_map(|(_, l)| l.get("route")).collect();
+        prop_assert!(route_values.len() <= routes.len() + pairs.len() + 2);
+    }
+}
+
+#[test]
+fn an_open_breaker_among_unconfigured_models_shows_in_their_other_series() {
+    let metrics = Metrics::new(LabelNames::new(["r"], [("p", "m")]));
+    metrics.set_breakers([("p", "m", 0), ("p", "a", 0), ("p", "b", 2), ("p", "c", 1)]);
+    let text = metrics.render();
+    assert!(
+        text.contains("switchyard_breaker_state{provider=\"p\",model=\"other\"} 2\n"),
+        "{text}"
+    );
+    assert!(text.contains("switchyard_breaker_state{provider=\"p\",model=\"m\"} 0\n"));
+}
