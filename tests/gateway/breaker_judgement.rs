@@ -66,7 +66,7 @@ async fn two_step_as(
     breaker: &str,
 ) -> Gateway {
     gateway(&format!(
-        "{}{}{}[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n{retry}\n[breaker]\n{breaker}\n",
+        "{}{}{}{OBSERVABILITY}[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n{retry}\n[breaker]\n{breaker}\n",
         provider("primary", primary),
         provider("secondary", secondary),
         route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
@@ -209,6 +209,7 @@ async fn nine_streams_cut_mid_answer_open_the_breaker_and_count_as_failed_attemp
     assert_eq!(breaker(&gateway, "primary").state, BreakerState::Open);
     let metrics = client()
         .get(format!("{}/metrics", gateway.url()))
+        .bearer_auth(METRICS_TOKEN)
         .send()
         .await
         .unwrap()

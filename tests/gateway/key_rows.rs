@@ -108,6 +108,7 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
     assert_eq!(refused.status(), 401);
     let metrics = client()
         .get(format!("{}/metrics", gateway.url()))
+        .bearer_auth(TOKEN)
         .send()
         .await
         .unwrap()

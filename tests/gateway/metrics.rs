@@ -58,7 +58,8 @@ async fn one_provider() -> (switchyard::fake::FakeHandle, Gateway) {
          [[prices]]\nprovider = \"up\"\nmodel = \"priced-only\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n{}",
         provider("up", &fake),
         route("r", &[("up", "m")], ""),
-        OBSERVABILITY,
+        // Any direct name reaches the upstream, so every label path sees client strings.
+        format!("{OBSERVABILITY}[auth]\nrequired = false\ndirect_models = true\n"),
     ))
     .await;
     (fake, gateway)
@@ -136,11 +137,15 @@ async fn ten_thousand_direct_model_names_leave_metrics_small() {
 #[tokio::test]
 async fn a_hostile_model_name_cannot_forge_a_series_or_end_the_scrape() {
     let (_fake, gateway) = one_provider().await;
+    // A name with a line break is refused before it reaches any upstream or label...
     let hostile = "up/x\"} 1\nforged_total{route=\"r\"} 1e9\n# EOF\n\\\"";
+    assert_eq!(post(&gateway, &chat(hostile)).await.status(), 400);
+    // ...and one without is served, its quotes and backslashes escaped in any label.
+    let hostile = "up/x\"} 1 forged_total{route=\"r\"} 1e9 # EOF \\\"";
     let response = post(&gateway, &chat(hostile)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
-    gateway.telemetry().wait_for_rows(2).await;
+    gateway.telemetry().wait_for_rows(3).await;
 
     let text = scrape(&gateway).await;
     let series = series(&text);
@@ -153,7 +158,8 @@ async fn a_hostile_model_name_cannot_forge_a_series_or_end_the_scrape() {
         .iter()
         .filter_map(|(_, labels)| labels.get("route").map(String::as_str))
         .collect();
-    assert_eq!(routes, BTreeSet::from(["other", "r"]));
+    // `-` is the route of the request refused before it named one.
+    assert_eq!(routes, BTreeSet::from(["-", "other", "r"]));
     let models: BTreeSet<&str> = series
         .iter()
         .filter_map(|(_, labels)| labels.get("model").map(String::as_str))
@@ -296,19 +302,39 @@ async fn the_demo_shows_its_metrics_on_its_admin_listener_and_says_where() {
 
 #[tokio::test]
 async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    // The gateway refuses control characters in model names, so a hostile row can no longer
+    // come from a client; the table must escape whatever the store holds all the same.
     let db = std::env::temp_dir().join(format!("switchyard-esc-{}.db", uuid::Uuid::now_v7()));
-    let text = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"sqlite://{}\"\n{}",
-        db.display(),
-        one_route(&fake)
-    );
-    let gateway = gateway(&text).await;
+    let text = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
     let hostile =
         "up/evil\u{1b}[2J\u{1b}[H\r\n2026-01-01 00:00:00.000  forged  \u{202e}desrever\u{7}";
-    assert_eq!(post(&gateway, &chat(hostile)).await.status(), 200);
-    gateway.telemetry().wait_for_rows(1).await;
-    gateway.shutdown().await.unwrap();
+    let store = switchyard::store::Store::open(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let row = switchyard::store::request_log::LogRow {
+        id: "01a0".into(),
+        time_ms: switchyard::store::now_ms(),
+        key_id: None,
+        user: Some(hostile.into()),
+        route: Some(hostile.into()),
+        outcome: "error".into(),
+        step: None,
+        provider: None,
+        model: None,
+        attempts: Vec::new(),
+        status: 400,
+        latency_ms: 0.1,
+        ttft_ms: None,
+        overhead_ms: 0.1,
+        tokens_in: None,
+        tokens_out: None,
+        cost_usd: None,
+        stream: false,
+        partial: false,
+        error: Some(hostile.into()),
+    };
+    store.insert_log(vec![row]).await.unwrap();
+    drop(store);
     let path = db.with_extension("toml");
     std::fs::write(&path, &text).unwrap();
 

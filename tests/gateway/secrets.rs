@@ -52,7 +52,7 @@ fn keyed_provider(kind: &str, name: &str, fake: &FakeHandle) -> String {
 /// Route `r` = the keyed provider `up`, with breakers that never open, and the key stored.
 async fn keyed_gateway(kind: &str, fake: &FakeHandle) -> Gateway {
     let config = format!(
-        "{}{}{FAST_RETRY}[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n",
+        "{}{}{FAST_RETRY}{OBSERVABILITY}[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n",
         keyed_provider(kind, "up", fake),
         route("r", &[("up", "m-1")], ""),
     );
@@ -238,6 +238,7 @@ async fn no_leak_through(kind: &str) {
     );
     let metrics = client()
         .get(format!("{}/metrics", gateway.url()))
+        .bearer_auth(METRICS_TOKEN)
         .send()
         .await
         .unwrap()

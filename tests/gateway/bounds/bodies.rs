@@ -21,7 +21,7 @@ fn two_steps(
     secondary: &switchyard::fake::FakeHandle,
 ) -> String {
     format!(
-        "{}{}{}",
+        "{}{}{}{OBSERVABILITY}",
         provider("primary", primary),
         provider("secondary", secondary),
         route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
@@ -77,6 +77,7 @@ async fn a_hundred_megabyte_answer_is_an_oversized_attempt_not_an_allocation() {
         loop {
             let metrics = client
                 .get(format!("{}/metrics", gateway.url()))
+                .bearer_auth(METRICS_TOKEN)
                 .send()
                 .await
                 .unwrap()
