@@ -481,9 +481,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let limits = &state.limits;
     let limits_healthy = limits.healthy();
     let failing_closed = !limits_healthy && limits.fail_mode() == FailMode::Closed;
+    let log = state.telemetry.health();
+    let log_refusing = state.telemetry.refusing();
     let status = if state.draining.load(Ordering::SeqCst) {
         "draining"
-    } else if !limits_healthy {
+    } else if !limits_healthy || log_refusing {
         "degraded"
     } else {
         "ready"
@@ -498,9 +500,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
                 FailMode::Closed => "closed",
             },
         },
+        "log": log,
     }));
-    // Fail-closed limits refuse every request, so a load balancer should look elsewhere.
-    let code = if status == "draining" || failing_closed {
+    // Fail-closed limits (or a full log that refuses) refuse every request, so a load
+    // balancer should look elsewhere.
+    let code = if status == "draining" || failing_closed || log_refusing {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK

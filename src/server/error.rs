@@ -36,6 +36,10 @@ pub enum ApiError {
     RateLimited(Refusal),
     #[error("the rate-limit backend is unavailable, and limits fail closed")]
     LimitsUnavailable,
+    #[error(
+        "the gateway cannot log requests right now: the store refuses writes and the request log's queue and spill journal are full, so this request was not served; retry later"
+    )]
+    LogFull,
     #[error("all steps failed: {0}")]
     AllStepsFailed(String),
     #[error("no route matches {0}")]
@@ -61,7 +65,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable => {
+            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable | ApiError::LogFull => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -87,6 +91,7 @@ impl ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::RateLimited(_) => "rate_limit_exceeded",
             ApiError::LimitsUnavailable => "limits_unavailable",
+            ApiError::LogFull => "log_full",
             ApiError::AllStepsFailed(_) => "all_steps_failed",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -100,7 +105,9 @@ impl ApiError {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
             ApiError::RateLimited(_) => "rate_limit_error",
-            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable => "api_error",
+            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable | ApiError::LogFull => {
+                "api_error"
+            }
             _ => "invalid_request_error",
         }
     }

@@ -23,6 +23,9 @@ pub struct StreamForwarder {
     /// before `guard` so that on a disconnect it is released before the record is sent.
     permit: Option<Permit>,
     guard: Option<RecordGuard>,
+    /// Set when the record is sent with `[log] durability = "fsync"`: the final events wait
+    /// for it to be on disk.
+    durable: Option<crate::telemetry::Durable>,
     idle_timeout: Duration,
 }
 
@@ -44,6 +47,7 @@ impl StreamForwarder {
             pending,
             permit: Some(permit),
             guard: Some(guard),
+            durable: None,
             idle_timeout,
         }
     }
@@ -58,6 +62,9 @@ impl StreamForwarder {
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
+        if let Some(durable) = self.durable.take() {
+            durable.wait().await;
+        }
         loop {
             if let Some(frame) = self.pending.pop_front() {
                 return Some(frame);
@@ -154,6 +161,7 @@ impl StreamForwarder {
             if let Some(permit) = self.permit.take() {
                 permit.charge_tokens(tokens);
             }
+            self.durable = guard.durable();
             guard.finish();
         }
     }
