@@ -142,3 +142,181 @@ impl SqliteStore {
         .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, mpsc};
+    use std::time::Duration;
+
+    use crate::store::now_ms;
+    use crate::store::request_log::{LogAttempt, LogRow};
+    use crate::store::rollup::{Rollup, Series};
+    use crate::store::sqlite::SqliteStore;
+
+    fn row(i: usize, time_ms: i64) -> LogRow {
+        let provider = ["p0", "p1", "p2"][i % 3];
+        LogRow {
+            id: format!("row-{i}"),
+            time_ms,
+            key_id: None,
+            user: None,
+            route: Some(["r0", "r1"][i % 2].into()),
+            outcome: "success".into(),
+            step: Some(0),
+            provider: Some(provider.into()),
+            model: Some("m".into()),
+            attempts: vec![LogAttempt {
+                step: 0,
+                provider: provider.into(),
+                model: "m".into(),
+                failure: None,
+                status: Some(200),
+                latency_ms: (i % 1000) as f64,
+                reached_upstream: true,
+            }],
+            status: 200,
+            latency_ms: (i % 1000) as f64,
+            ttft_ms: None,
+            overhead_ms: 0.1,
+            tokens_in: Some(1),
+            tokens_out: Some(1),
+            cost_usd: None,
+            stream: false,
+            partial: false,
+            error: None,
+        }
+    }
+
+    fn temp_db() -> String {
+        let path = std::env::temp_dir().join(format!("switchyard-rollup-{}.db", uuid::Uuid::now_v7()));
+        path.to_string_lossy().into_owned()
+    }
+
+    fn remove(path: &str) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_day_of_300k_rows_is_read_as_at_most_1440_rollups_a_series() {
+        let store = SqliteStore::open_memory().await.unwrap();
+        let now = now_ms();
+        let count = 300_000;
+        let day = 86_400_000;
+        for chunk in (0..count).collect::<Vec<_>>().chunks(20_000) {
+            let rows: Vec<LogRow> = chunk
+                .iter()
+                .map(|&i| row(i, now - (i as i64 * day) / count as i64))
+                .collect();
+            store.insert_log(rows).await.unwrap();
+        }
+        let after = now - day;
+        let (per_series, requests) = store
+            .fold_rollups(
+                after,
+                (HashMap::<Series, usize>::new(), 0u64),
+                |(per_series, requests), rollup: Rollup| {
+                    *per_series.entry(rollup.series.clone()).or_default() += 1;
+                    if rollup.series == Series::Overall {
+                        *requests += rollup.data.counts.requests;
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        // Overall, two routes and three deployments, each at most one rollup a minute.
+        assert_eq!(per_series.len(), 6, "{per_series:?}");
+        for (series, rows) in &per_series {
+            assert!(*rows <= 1440, "{series:?}: {rows} rollups read");
+        }
+        // Everything but the oldest minute, which starts before the window.
+        assert!(requests > count as u64 - 300, "{requests}");
+        let all = store
+            .fold_rollups(0, 0u64, |n, rollup: Rollup| {
+                if rollup.series == Series::Overall {
+                    *n += rollup.data.counts.requests;
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(all, count as u64, "every row is in the rollups once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_scorecard_read_does_not_hold_up_the_writer() {
+        let path = temp_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.insert_log(vec![row(0, now_ms())]).await.unwrap();
+        let (entered, inside) = mpsc::channel::<()>();
+        let (release, released) = mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new((entered, released)));
+        let reader = store.clone();
+        // A read that stays in the middle of its rows until the test lets it go.
+        let read = tokio::spawn(async move {
+            reader
+                .fold_rollups(0, (), move |_, _| {
+                    let gate = gate.lock().unwrap();
+                    let _ = gate.0.send(());
+                    let _ = gate.1.recv();
+                })
+                .await
+                .unwrap()
+        });
+        tokio::task::spawn_blocking(move || inside.recv_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .expect("the read is under way");
+        let write = store.insert_log(vec![row(1, now_ms())]);
+        let written = tokio::time::timeout(Duration::from_secs(10), write).await;
+        // Dropped, not just sent to: the read's later rollups go through without waiting.
+        release.send(()).unwrap();
+        drop(release);
+        read.await.unwrap();
+        assert_eq!(written.expect("the write is not held up").unwrap(), 1);
+        remove(&path);
+    }
+
+    #[tokio::test]
+    async fn a_replayed_row_is_not_counted_twice_in_the_rollups() {
+        let store = SqliteStore::open_memory().await.unwrap();
+        let rows = vec![row(0, now_ms()), row(1, now_ms())];
+        store.insert_log(rows.clone()).await.unwrap();
+        store.insert_log(rows).await.unwrap();
+        let requests = store
+            .fold_rollups(0, 0u64, |n, rollup: Rollup| {
+                if rollup.series == Series::Overall {
+                    *n += rollup.data.counts.requests;
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(requests, 2);
+    }
+
+    #[tokio::test]
+    async fn a_store_from_before_the_rollups_is_backfilled() {
+        let path = temp_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.insert_log(vec![row(0, now_ms())]).await.unwrap();
+        drop(store);
+        // As an older version left it: no rollup table, rows in the log.
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        connection
+            .execute_batch("DROP TABLE log_rollup; PRAGMA user_version = 3;")
+            .unwrap();
+        drop(connection);
+        let store = SqliteStore::open(&path).await.unwrap();
+        let requests = store
+            .fold_rollups(0, 0u64, |n, rollup: Rollup| {
+                if rollup.series == Series::Overall {
+                    *n += rollup.data.counts.requests;
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(requests, 1);
+        remove(&path);
+    }
+}
