@@ -13,6 +13,7 @@ mod gateway {
     mod keys;
     mod lifecycle;
     mod limits;
+    mod logqueue;
     mod lossless;
     mod messages;
     mod passthrough;
