@@ -431,14 +431,17 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_full_queue_spawns_no_task_per_record() {
-        let path = std::env::temp_dir().join(format!("switchyard-full-{}.db", uuid::Uuid::now_v7()));
+        let path =
+            std::env::temp_dir().join(format!("switchyard-full-{}.db", uuid::Uuid::now_v7()));
         let url = format!("sqlite://{}", path.display());
         let store = Store::open(&url).await.unwrap();
         // Another connection holds the write lock: the writer cannot commit anything, and
         // with no journal it has nowhere else to put rows.
         let blocker = rusqlite::Connection::open(&path).unwrap();
         blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
-        let text = format!("[store]\nurl = \"{url}\"\n[log]\nqueue_records = 64\nspill_bytes = 0\nwhen_full = \"drop\"\n");
+        let text = format!(
+            "[store]\nurl = \"{url}\"\n[log]\nqueue_records = 64\nspill_bytes = 0\nwhen_full = \"drop\"\n"
+        );
         let config = Config::parse(&text).unwrap();
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let metrics = tokio::runtime::Handle::current().metrics();

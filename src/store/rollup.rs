@@ -92,8 +92,16 @@ impl Sketch {
     pub fn add(&mut self, ms: f64) {
         let ms = if ms.is_finite() { ms.max(0.0) } else { 0.0 };
         *self.buckets.entry(bucket(ms)).or_default() += 1;
-        self.min = if self.count == 0 { ms } else { self.min.min(ms) };
-        self.max = if self.count == 0 { ms } else { self.max.max(ms) };
+        self.min = if self.count == 0 {
+            ms
+        } else {
+            self.min.min(ms)
+        };
+        self.max = if self.count == 0 {
+            ms
+        } else {
+            self.max.max(ms)
+        };
         self.count += 1;
     }
 

@@ -155,8 +155,7 @@ impl Writer {
             let linger_until = Instant::now() + LINGER;
             while entries.len() < BATCH {
                 let room = BATCH - entries.len();
-                match tokio::time::timeout_at(linger_until, receiver.recv_many(entries, room))
-                    .await
+                match tokio::time::timeout_at(linger_until, receiver.recv_many(entries, room)).await
                 {
                     Ok(received) if received > 0 => {}
                     // Closed (shutdown: flush now) or the linger is over.
@@ -287,7 +286,10 @@ impl Writer {
                 }
             };
             if pending.unreadable > 0 {
-                tracing::error!(rows = pending.unreadable, "unreadable rows in the spill journal");
+                tracing::error!(
+                    rows = pending.unreadable,
+                    "unreadable rows in the spill journal"
+                );
                 self.metrics.log_rows_lost.inc_by(pending.unreadable);
             }
             let count = pending.rows.len() as u64;

@@ -12,7 +12,8 @@ use crate::store::rollup::{MINUTE_MS, Rollups};
 /// then spills the batch to its journal instead of stalling behind the lock.
 const LOG_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub(super) const COLUMNS: &str = "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
+pub(super) const COLUMNS: &str =
+    "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
      error";
 

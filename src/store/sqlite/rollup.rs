@@ -189,7 +189,8 @@ mod tests {
     }
 
     fn temp_db() -> String {
-        let path = std::env::temp_dir().join(format!("switchyard-rollup-{}.db", uuid::Uuid::now_v7()));
+        let path =
+            std::env::temp_dir().join(format!("switchyard-rollup-{}.db", uuid::Uuid::now_v7()));
         path.to_string_lossy().into_owned()
     }
 
