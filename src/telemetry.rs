@@ -454,9 +454,10 @@ mod tests {
         assert!(after <= before + 1, "{before} tasks before, {after} after");
         let health = telemetry.health();
         assert!(health.queue_records <= 64, "{health:?}");
-        // The queue and the writer's one batch hold at most 128; the rest is dropped, counted.
+        // The queue holds 64 and the writer's one batch at most 256 (it lingers for more while
+        // it fills); the rest is dropped, and counted.
         let dropped = telemetry.metrics.log_records_dropped.get();
-        assert!(dropped >= count - 128, "{dropped} dropped");
+        assert!(dropped >= count - 64 - 256, "{dropped} dropped");
         blocker.execute_batch("COMMIT").unwrap();
         drop(blocker);
         let probe = telemetry.clone();
