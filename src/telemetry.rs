@@ -472,6 +472,48 @@ mod tests {
         }
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_ends_even_when_nothing_will_take_the_rows() {
+        let path =
+            std::env::temp_dir().join(format!("switchyard-stuck-{}.db", uuid::Uuid::now_v7()));
+        let url = format!("sqlite://{}", path.display());
+        let store = Store::open(&url).await.unwrap();
+        // The store refuses writes for the whole test, and there is no journal.
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let text = format!(
+            "[store]\nurl = \"{url}\"\n[log]\nqueue_records = 4\nspill_bytes = 0\nwhen_full = \"drop\"\n"
+        );
+        let config = Config::parse(&text).unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        for i in 0..10 {
+            telemetry.record(RequestRecord::new(format!("r{i}"), false));
+        }
+        // Shut down only once the writer holds a batch it could not put anywhere.
+        let holding = async {
+            while !telemetry.state.holding.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), holding)
+            .await
+            .expect("the writer finds the store refusing");
+        let metrics = telemetry.metrics.clone();
+        drop(telemetry);
+        tokio::time::timeout(Duration::from_secs(20), writer.finish())
+            .await
+            .expect("the writer ends: it does not wait forever for the store");
+        // Every record is accounted for: dropped at the queue, or lost at shutdown.
+        assert_eq!(
+            metrics.log_records_dropped.get() + metrics.log_rows_lost.get(),
+            10
+        );
+        drop(blocker);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
     #[tokio::test]
     async fn the_writer_purges_rows_past_retention() {
         let store = Store::open("sqlite::memory:").await.unwrap();

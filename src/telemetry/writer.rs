@@ -89,6 +89,11 @@ impl Writer {
         self.replay().await;
         loop {
             if let Some(rows) = held.take() {
+                if receiver.is_closed() {
+                    // Shutting down with nowhere to put this batch: one last try below.
+                    held = Some(rows);
+                    break;
+                }
                 // Nothing will take this batch yet: stop taking records, so the queue
                 // (bounded) is what fills, and try again in a while.
                 tokio::time::sleep_until(self.next_try).await;
@@ -119,7 +124,7 @@ impl Writer {
                 break;
             }
         }
-        self.shut_down(held).await;
+        self.shut_down(held, receiver).await;
     }
 
     /// Takes the next batch into `entries`; false once the queue is closed and empty.
@@ -307,9 +312,16 @@ impl Writer {
         }
     }
 
-    /// The queue is closed and empty: a last try for what is held and journaled.
-    async fn shut_down(mut self, held: Option<Arc<[LogRow]>>) {
-        if let Some(rows) = held {
+    /// Every sender is gone: one last try for what is held and what is left in the queue.
+    /// Rows the journal keeps are replayed at the next start, so the shutdown does not wait
+    /// for a long replay.
+    async fn shut_down(mut self, held: Option<Arc<[LogRow]>>, mut receiver: mpsc::Receiver<Entry>) {
+        let mut entries = Vec::new();
+        while let Ok(entry) = receiver.try_recv() {
+            entries.push(entry);
+        }
+        let rest = (!entries.is_empty()).then(|| self.take(&mut entries).0);
+        for rows in held.into_iter().chain(rest) {
             let rows = match self.store(rows.clone()).await {
                 true => None,
                 false => self.spill(rows, true),
@@ -320,9 +332,7 @@ impl Writer {
             }
         }
         if self.store_ok {
-            while self.journal.as_ref().is_some_and(Journal::pending) && self.store_ok {
-                self.replay().await;
-            }
+            self.replay().await;
         }
         if let Some(journal) = self.journal.take() {
             journal.close();
