@@ -518,3 +518,71 @@ async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
         )
     });
 }
+
+/// Requests sent at once and answered before the gateway is killed.
+async fn answered_before_kill(gateway: &Spawned, count: usize) -> BTreeSet<String> {
+    let endpoint = format!("{}/v1/chat/completions", gateway.url);
+    let client = client();
+    let ids: Vec<String> = futures_util::stream::iter(0..count)
+        .map(|_| {
+            let (client, endpoint) = (&client, &endpoint);
+            async move {
+                let response = client.post(endpoint).json(&chat("r")).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                let id = header(&response, "x-switchyard-request-id").to_owned();
+                response.bytes().await.unwrap();
+                id
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    ids.into_iter().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_fsync_durability_kill_9_loses_no_answered_request() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let db = TempDb::new("fsync-kill");
+    let config = format!(
+        "[auth]\nrequired = false\n[store]\nurl = \"{}\"\n[log]\ndurability = \"fsync\"\n{}{}",
+        db.url(),
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    );
+    let mut gateway = Spawned::start(&config, QUIET);
+    gateway.ready().await;
+    let answered = answered_before_kill(&gateway, 400).await;
+    // SIGKILL the moment the last answer is in: no flush, no shutdown.
+    gateway.child.kill().unwrap();
+    gateway.child.wait().unwrap();
+    drop(gateway);
+
+    // The next start replays the journal into the store.
+    let again = Spawned::start(&config, QUIET);
+    again.ready().await;
+    let db_ref = &db;
+    let all_logged = async {
+        loop {
+            let logged: BTreeSet<String> = db_ref.logged_ids().into_iter().collect();
+            if answered.is_subset(&logged) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let replayed = tokio::time::timeout(Duration::from_secs(30), all_logged).await;
+    let logged: BTreeSet<String> = db.logged_ids().into_iter().collect();
+    assert!(
+        replayed.is_ok(),
+        "{} answered, {} of them not in the store after a restart",
+        answered.len(),
+        answered.difference(&logged).count()
+    );
+    assert_eq!(
+        db.logged_ids().len(),
+        logged.len(),
+        "no request has two rows"
+    );
+    again.terminate();
+}
