@@ -145,7 +145,7 @@ impl TempDb {
 
 impl Drop for TempDb {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm", "-spill"] {
+        for suffix in ["", "-wal", "-shm", "-spill", ".key"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", self.0.display()));
         }
     }
