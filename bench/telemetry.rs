@@ -1,8 +1,15 @@
-//! What logging one request costs: the request path's share (queueing its record) and the
-//! writer's (pricing, one SQLite transaction per batch, metrics), into a real file in WAL mode.
+//! What logging one request costs: the request path's share (reserving the record's place
+//! in the queue and sending it, as every request does) and the writer's (pricing, one SQLite
+//! transaction per batch, rollups, metrics), into a real file in WAL mode. Then the same with
+//! `[log] durability = "fsync"`, where each answer waits until its record is fsynced to the
+//! spill journal.
+//!
+//! The queue (65,536 places by default) holds every record, so this is the normal path: the
+//! run checks that nothing was dropped.
 //!
 //! `cargo bench --bench telemetry` for release figures, or `cargo test --bench telemetry` for a
-//! quick debug-build run (`LOG_BENCH_RECORDS` sets the count; 50,000 by default).
+//! quick debug-build run (`LOG_BENCH_RECORDS` sets the count; 50,000 by default;
+//! `LOG_BENCH_CONCURRENCY` the requests in flight for the fsync run, 64 by default).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -10,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use switchyard::config::{Config, ModelName, ProviderId, RouteName};
 use switchyard::router::FailureClass;
 use switchyard::store::Store;
-use switchyard::telemetry::{AttemptRecord, Outcome, RequestRecord, Telemetry};
+use switchyard::telemetry::{AttemptRecord, Outcome, RecordGuard, RequestRecord, Telemetry};
 
 const CONFIG: &str = "[[providers]]\nname = \"openai\"\nkind = \"openai\"\n\
     [[prices]]\nprovider = \"openai\"\nmodel = \"gpt-4o\"\ninput_per_1m = 2.5\noutput_per_1m = 10.0\n";
@@ -59,56 +66,143 @@ fn per_record(elapsed: Duration, records: usize) -> String {
     format!("{micros:.2} µs")
 }
 
-fn main() {
-    let records: usize = std::env::var("LOG_BENCH_RECORDS")
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(50_000);
-    let path = std::env::temp_dir().join(format!("switchyard-bench-{}.db", uuid::Uuid::now_v7()));
+        .unwrap_or(default)
+}
+
+struct Batched {
+    enqueue: Duration,
+    total: Duration,
+}
+
+/// Every record through a guard, as requests send them, without waiting on anything.
+async fn batched(store: Store, config: &Config, records: usize) -> Batched {
+    let (telemetry, writer) = Telemetry::start(store.clone(), config);
+    let prepared: Vec<RequestRecord> = (0..records).map(record).collect();
+    let started = Instant::now();
+    for record in prepared {
+        RecordGuard::new(telemetry.clone(), record).finish();
+    }
+    let enqueue = started.elapsed();
+    let dropped = telemetry.metrics.log_records_dropped.get();
+    drop(telemetry);
+    writer.finish().await;
+    let total = started.elapsed();
+    assert_eq!(
+        dropped, 0,
+        "the normal path: no record found the queue full"
+    );
+    assert_eq!(store.count_log().await.unwrap() as usize, records);
+    Batched { enqueue, total }
+}
+
+struct Fsynced {
+    total: Duration,
+    waits: Vec<Duration>,
+}
+
+/// `concurrency` request tasks, each sending its record and waiting until it is on disk.
+async fn fsynced(store: Store, config: &Config, records: usize, concurrency: usize) -> Fsynced {
+    let (telemetry, writer) = Telemetry::start(store.clone(), config);
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let telemetry = telemetry.clone();
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                for i in (task..records).step_by(concurrency) {
+                    let guard = RecordGuard::new(telemetry.clone(), record(i));
+                    let durable = guard.durable().expect("fsync durability");
+                    let sent = Instant::now();
+                    guard.finish();
+                    durable.wait().await;
+                    waits.push(sent.elapsed());
+                }
+                waits
+            })
+        })
+        .collect();
+    let mut waits = Vec::with_capacity(records);
+    for task in tasks {
+        waits.extend(task.await.unwrap());
+    }
+    let total = started.elapsed();
+    drop(telemetry);
+    writer.finish().await;
+    assert_eq!(store.count_log().await.unwrap() as usize, records);
+    waits.sort();
+    Fsynced { total, waits }
+}
+
+fn main() {
+    let records = env("LOG_BENCH_RECORDS", 50_000);
+    let concurrency = env("LOG_BENCH_CONCURRENCY", 64).max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    let config = Config::parse(CONFIG).unwrap();
-    let (enqueue, total, stored) = runtime.block_on(async {
-        let store = Store::open(&format!("sqlite://{}", path.display()))
-            .await
-            .unwrap();
-        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
-        let prepared: Vec<RequestRecord> = (0..records).map(record).collect();
-        let started = Instant::now();
-        for record in prepared {
-            telemetry.record(record);
-        }
-        let enqueue = started.elapsed();
-        drop(telemetry);
-        writer.finish().await;
-        let total = started.elapsed();
-        (enqueue, total, store.count_log().await.unwrap())
+    let paths: Vec<_> = (0..2)
+        .map(|_| std::env::temp_dir().join(format!("switchyard-bench-{}.db", uuid::Uuid::now_v7())))
+        .collect();
+    let open = |path: &std::path::Path, log: &str| {
+        let url = format!("sqlite://{}", path.display());
+        let config = Config::parse(&format!("[store]\nurl = \"{url}\"\n{log}{CONFIG}")).unwrap();
+        (url, config)
+    };
+    let (batched, fsynced) = runtime.block_on(async {
+        let (url, config) = open(&paths[0], "");
+        let batched = batched(Store::open(&url).await.unwrap(), &config, records).await;
+        let (url, config) = open(&paths[1], "[log]\ndurability = \"fsync\"\n");
+        let store = Store::open(&url).await.unwrap();
+        let fsynced = fsynced(store, &config, records, concurrency).await;
+        (batched, fsynced)
     });
-    assert_eq!(stored as usize, records, "every record is stored");
     println!("logging {records} requests into SQLite (WAL, batches of up to 256)\n");
+    println!("[log] durability = \"batched\" (the default)");
     println!(
-        "{:<46} {:>12}",
-        "request path: queue one record",
-        per_record(enqueue, records)
+        "  {:<50} {:>12}",
+        "request path: reserve a place, send the record",
+        per_record(batched.enqueue, records)
     );
     println!(
-        "{:<46} {:>12}",
+        "  {:<50} {:>12}",
         "end to end: queued, priced, committed, counted",
-        per_record(total, records)
+        per_record(batched.total, records)
     );
     println!(
-        "{:<46} {:>9.0} /s",
+        "  {:<50} {:>9.0} /s",
         "writer throughput",
-        records as f64 / total.as_secs_f64()
+        records as f64 / batched.total.as_secs_f64()
+    );
+    let at = |q: f64| {
+        let index =
+            ((q * fsynced.waits.len() as f64).ceil() as usize).clamp(1, fsynced.waits.len());
+        fsynced.waits[index - 1].as_secs_f64() * 1e3
+    };
+    println!("\n[log] durability = \"fsync\", {concurrency} requests in flight");
+    println!(
+        "  {:<50} {:>6.2} / {:.2} ms",
+        "answer waits for its record on disk: p50 / p99",
+        at(0.5),
+        at(0.99)
     );
     println!(
-        "\nThe request path's figure is what a request pays; the writer's runs on its own task \
-         and the blocking pool."
+        "  {:<50} {:>9.0} /s",
+        "records made durable",
+        records as f64 / fsynced.total.as_secs_f64()
     );
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    println!(
+        "\nThe request path's figure is what a request pays with batching; the writer runs on \
+         its own task and the blocking pool. With fsync, each answer also waits for one \
+         journal append and fdatasync, shared by the records that arrived meanwhile."
+    );
+    for path in &paths {
+        for suffix in ["", "-wal", "-shm", "-spill"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 }

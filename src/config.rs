@@ -107,6 +107,34 @@ pub struct AdminConfig {
 pub struct LogConfig {
     /// Request-log rows older than this are purged.
     pub retention: Duration,
+    /// Records the queue to the writer holds, in-flight requests' reserved places included.
+    pub queue_records: usize,
+    /// The most the spill journal may hold on disk; 0 turns it off.
+    pub spill_bytes: u64,
+    /// Where the spill journal lives; `None` for the default beside the store file.
+    pub spill_path: Option<std::path::PathBuf>,
+    /// What happens to new requests when the queue and the journal are both full.
+    pub when_full: WhenFull,
+    /// Whether an answer waits for its record to be on disk.
+    pub durability: Durability,
+}
+
+/// What the gateway does when neither the queue nor the spill journal has room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenFull {
+    /// New requests get a 503 until there is room again; nothing answered goes unlogged.
+    Refuse,
+    /// Requests are served; records with no room are dropped and counted.
+    Drop,
+}
+
+/// When a request's record is safe from a crash of the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Records are committed in batches shortly after the answer (a crash loses those queued).
+    Batched,
+    /// Each answer waits until its record is written and fsynced to the spill journal.
+    Fsync,
 }
 
 /// When the scorecard raises its alert flags.

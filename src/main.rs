@@ -206,7 +206,8 @@ enum VkeysCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing();
+    // Dropped when `main` returns: flushes the log lines still queued.
+    let _log_lines = init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -500,15 +501,138 @@ fn parse_script(text: &str) -> anyhow::Result<Script> {
     serde_json::from_str(&json).context("invalid --script")
 }
 
-fn init_tracing() {
+/// Log lines go to stderr from a thread of their own (see [`console`]), so a slow or stuck
+/// stderr never holds up the request log's writer or a runtime thread.
+fn init_tracing() -> console::Flush {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let (lines, flush) = console::spawn();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr)
+        .with_writer(lines)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    flush
+}
+
+/// A non-blocking stderr for log lines: each line is queued to a writer thread that writes
+/// through a buffer and flushes whenever the queue runs dry. A full queue (stderr stuck, say
+/// a pipe nobody reads) drops lines rather than block the thread that logs.
+mod console {
+    use std::io::{BufWriter, Write};
+    use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+    use std::time::Duration;
+
+    use tracing_subscriber::fmt::MakeWriter;
+
+    /// Lines queued for the writer thread before new ones are dropped.
+    const QUEUED_LINES: usize = 16_384;
+    /// How long exit waits for the queued lines to reach stderr.
+    const FLUSH_WAIT: Duration = Duration::from_secs(1);
+
+    enum Message {
+        Line(Vec<u8>),
+        /// Everything before it is written and flushed: answer on the channel.
+        Flush(SyncSender<()>),
+    }
+
+    /// The subscriber's writer: hands each formatted line to the thread.
+    pub struct Lines(SyncSender<Message>);
+
+    /// One line being formatted.
+    pub struct Line<'a> {
+        bytes: Vec<u8>,
+        queue: &'a SyncSender<Message>,
+    }
+
+    impl Write for Line<'_> {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.bytes.extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Drop for Line<'_> {
+        fn drop(&mut self) {
+            if !self.bytes.is_empty() {
+                let bytes = std::mem::take(&mut self.bytes);
+                // Full or gone: the line is dropped rather than block whoever logged it.
+                let _ = self.queue.try_send(Message::Line(bytes));
+            }
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Lines {
+        type Writer = Line<'a>;
+
+        fn make_writer(&'a self) -> Line<'a> {
+            Line {
+                bytes: Vec::new(),
+                queue: &self.0,
+            }
+        }
+    }
+
+    /// Flushes the queued lines when dropped, waiting at most [`FLUSH_WAIT`].
+    pub struct Flush(SyncSender<Message>);
+
+    impl Drop for Flush {
+        fn drop(&mut self) {
+            let deadline = std::time::Instant::now() + FLUSH_WAIT;
+            let (done, flushed) = sync_channel(1);
+            let mut message = Message::Flush(done);
+            // A full queue means stderr is slow or stuck: wait for room, but not forever.
+            loop {
+                match self.0.try_send(message) {
+                    Ok(()) => break,
+                    Err(TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
+                        message = back;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(_) => return,
+                }
+            }
+            let wait = deadline.saturating_duration_since(std::time::Instant::now());
+            let _ = flushed.recv_timeout(wait);
+        }
+    }
+
+    /// Starts the writer thread.
+    pub fn spawn() -> (Lines, Flush) {
+        let (queue, lines) = sync_channel(QUEUED_LINES);
+        std::thread::Builder::new()
+            .name("switchyard-log".into())
+            .spawn(move || write_lines(lines))
+            .map(|_| ())
+            .unwrap_or_else(|e| eprintln!("error: cannot start the log writer thread: {e}"));
+        (Lines(queue.clone()), Flush(queue))
+    }
+
+    fn write_lines(lines: Receiver<Message>) {
+        let mut out = BufWriter::with_capacity(64 * 1024, std::io::stderr());
+        while let Ok(message) = lines.recv() {
+            let mut next = Some(message);
+            while let Some(message) = next {
+                match message {
+                    Message::Line(bytes) => {
+                        let _ = out.write_all(&bytes);
+                    }
+                    Message::Flush(done) => {
+                        let _ = out.flush();
+                        let _ = done.send(());
+                    }
+                }
+                next = lines.try_recv().ok();
+            }
+            // The queue ran dry: what was written reaches stderr now, not at the next line.
+            let _ = out.flush();
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

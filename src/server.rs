@@ -564,9 +564,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let limits_healthy = limits.healthy();
     let failing_closed = !limits_healthy && limits.fail_mode() == FailMode::Closed;
     let store_problem = state.readiness.store_problem();
+    let log = state.telemetry.health();
+    let log_refusing = state.telemetry.refusing();
     let status = if state.draining.load(Ordering::SeqCst) {
         "draining"
-    } else if !limits_healthy || store_problem.is_some() {
+    } else if !limits_healthy || store_problem.is_some() || log_refusing {
         "degraded"
     } else {
         "ready"
@@ -588,9 +590,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
             "healthy": store_problem.is_none(),
             "error": store_problem,
         },
+        "log": log,
     }));
-    // Fail-closed limits refuse every request, so a load balancer should look elsewhere.
-    let code = if status == "draining" || failing_closed {
+    // Fail-closed limits (or a full log that refuses) refuse every request, so a load
+    // balancer should look elsewhere.
+    let code = if status == "draining" || failing_closed || log_refusing {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK

@@ -5,6 +5,7 @@
 //! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
 
 pub mod request_log;
+pub mod rollup;
 pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -212,10 +213,14 @@ impl Store {
         }
     }
 
-    /// Appends a batch of request-log rows in one transaction.
-    pub async fn insert_log(&self, rows: Vec<LogRow>) -> Result<usize, StoreError> {
+    /// Appends a batch of request-log rows in one transaction, skipping ids already stored;
+    /// returns how many were new.
+    pub async fn insert_log(
+        &self,
+        rows: impl Into<std::sync::Arc<[LogRow]>>,
+    ) -> Result<usize, StoreError> {
         match self {
-            Store::Sqlite(store) => store.insert_log(rows).await,
+            Store::Sqlite(store) => store.insert_log(rows.into()).await,
         }
     }
 
@@ -223,6 +228,19 @@ impl Store {
     pub async fn query_log(&self, query: LogQuery) -> Result<Vec<LogRow>, StoreError> {
         match self {
             Store::Sqlite(store) => store.query_log(query).await,
+        }
+    }
+
+    /// Feeds `fold` every per-minute rollup of a minute that starts after `after_ms`, read
+    /// beside the writer rather than behind it.
+    pub async fn fold_rollups<A: Send + 'static>(
+        &self,
+        after_ms: i64,
+        state: A,
+        fold: impl Fn(&mut A, rollup::Rollup) + Send + 'static,
+    ) -> Result<A, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.fold_rollups(after_ms, state, fold).await,
         }
     }
 

@@ -2,26 +2,35 @@
 //!
 //! The handler builds a record as it goes; a [`RecordGuard`] sends it when the request ends,
 //! however it ends (answer, error, client disconnect mid-stream, panic). Records go through a
-//! bounded queue to a writer task, so the request path never waits on I/O; when the queue is
-//! full the record waits in a spawned task instead of being dropped. The writer stores rows in
-//! batches, one transaction each, and finishes its last batch before shutdown completes.
+//! bounded queue (`[log] queue_records`) to a writer task, so the request path never waits on
+//! I/O. Each request reserves its place in the queue when it arrives, so a record never
+//! finds the queue full when it is done; when no place is left, `[log] when_full` refuses the
+//! request or lets it through with its record dropped and counted. The writer stores rows in
+//! batches, one transaction each; while the store refuses writes, batches go to a spill
+//! journal on disk and are replayed once it takes them again. Shutdown flushes it all.
 
+mod guard;
+mod journal;
 pub mod logs;
 pub mod metrics;
 pub mod scorecard;
 mod writer;
 
 use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::{Config, ModelName, ProviderId, RouteName};
+use crate::config::{Config, Durability, ModelName, ProviderId, RouteName, WhenFull};
 use crate::router::FailureClass;
 use crate::store::Store;
 
+pub use guard::{Durable, RecordGuard};
 pub use writer::log_row;
 
 /// How a request ended, from the client's point of view.
@@ -144,17 +153,63 @@ pub(crate) struct RecentLog {
 }
 
 const RECENT_ROWS: usize = 10_000;
-const QUEUE_DEPTH: usize = 4_096;
+
+/// A record on its way to the writer, with what its answer waits on (`fsync` only).
+pub(crate) struct Entry {
+    record: RequestRecord,
+    ack: Option<guard::Ack>,
+}
+
+/// How the writer stands, as the writer last saw it: what `/readyz` shows.
+#[derive(Default)]
+pub(crate) struct WriterState {
+    /// Bytes in the spill journal.
+    spill_bytes: AtomicU64,
+    /// Whether the store took the last write tried.
+    store_refusing: AtomicBool,
+    /// Whether the writer holds a batch that neither the store nor the journal would take.
+    holding: AtomicBool,
+}
 
 /// The sending side of the request log; cheap to clone.
 #[derive(Clone)]
 pub struct Telemetry {
-    queue: mpsc::Sender<RequestRecord>,
+    queue: mpsc::Sender<Entry>,
     log: Arc<RecentLog>,
     /// Counted as records are written, so metrics and the log always agree.
     pub metrics: Arc<metrics::Metrics>,
     /// Requests begun whose record is not sent yet: every request task still alive.
     in_flight: Arc<watch::Sender<usize>>,
+    state: Arc<WriterState>,
+    settings: Arc<Settings>,
+}
+
+/// The `[log]` settings the sending side needs.
+struct Settings {
+    when_full: WhenFull,
+    durability: Durability,
+    spill_capacity: u64,
+    spill_path: PathBuf,
+}
+
+/// The request log's state, for `/readyz`.
+#[derive(Clone, Debug, Serialize)]
+pub struct LogHealth {
+    /// `ok`, `spilling` (the store refuses writes; rows go to the journal) or `full` (the
+    /// queue and the journal are full: new requests are refused or their records dropped).
+    pub status: &'static str,
+    /// Why, in words, when the status is not `ok`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Places taken in the queue (queued records and those reserved by requests in flight).
+    pub queue_records: usize,
+    pub queue_capacity: usize,
+    pub spill_bytes: u64,
+    pub spill_capacity: u64,
+    /// `refuse` or `drop`.
+    pub when_full: &'static str,
+    /// `batched` or `fsync`.
+    pub durability: &'static str,
 }
 
 /// The writer task; awaiting [`TelemetryWriter::finish`] after every sender is gone flushes it.
@@ -168,10 +223,25 @@ impl TelemetryWriter {
     }
 }
 
+/// Where the spill journal goes unless `[log] spill_path` says: beside the store's file or,
+/// for an in-memory store, a file of this process's own in the temp dir.
+pub fn default_spill_path(store_url: &str) -> PathBuf {
+    match store_url.strip_prefix("sqlite://") {
+        Some(path) if !path.is_empty() => PathBuf::from(format!("{path}-spill")),
+        _ => std::env::temp_dir().join(format!(
+            "switchyard-spill-{}-{}",
+            std::process::id(),
+            uuid::Uuid::now_v7()
+        )),
+    }
+}
+
 impl Telemetry {
     /// Starts the writer task, which stores rows in `store` and prices them from `config`.
+    /// Rows a previous run left in the spill journal are replayed first.
     pub fn start(store: Store, config: &Config) -> (Telemetry, TelemetryWriter) {
-        let (queue, receiver) = mpsc::channel::<RequestRecord>(QUEUE_DEPTH);
+        let settings = &config.log;
+        let (queue, receiver) = mpsc::channel::<Entry>(settings.queue_records);
         let log = Arc::new(RecentLog {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
@@ -179,7 +249,21 @@ impl Telemetry {
         let metrics = Arc::new(metrics::Metrics::new(metrics::LabelNames::from_config(
             config,
         )));
-        let writer = writer::Writer::new(store, config, log.clone(), metrics.clone());
+        let state = Arc::new(WriterState::default());
+        let spill_path = settings
+            .spill_path
+            .clone()
+            .unwrap_or_else(|| default_spill_path(&config.store.url));
+        let journal = (settings.spill_bytes > 0)
+            .then(|| journal::Journal::open(spill_path.clone(), settings.spill_bytes));
+        let writer = writer::Writer::new(
+            store,
+            config,
+            journal,
+            log.clone(),
+            metrics.clone(),
+            state.clone(),
+        );
         let writer = tokio::spawn(writer.run(receiver));
         (
             Telemetry {
@@ -187,25 +271,88 @@ impl Telemetry {
                 log,
                 metrics,
                 in_flight: Arc::new(watch::Sender::new(0)),
+                state,
+                settings: Arc::new(Settings {
+                    when_full: settings.when_full,
+                    durability: settings.durability,
+                    spill_capacity: settings.spill_bytes,
+                    spill_path,
+                }),
             },
             TelemetryWriter(writer),
         )
     }
 
-    /// Queues one record. Never drops it: a full queue hands it to a task that waits.
+    /// Queues one record that holds no reserved place: when the queue is full it is dropped,
+    /// and counted.
     pub fn record(&self, record: RequestRecord) {
-        match self.queue.try_send(record) {
+        self.enqueue(Entry { record, ack: None });
+    }
+
+    fn enqueue(&self, entry: Entry) {
+        match self.queue.try_send(entry) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(record)) => {
-                let queue = self.queue.clone();
-                tokio::spawn(async move {
-                    let _ = queue.send(record).await;
-                });
+            Err(mpsc::error::TrySendError::Full(entry)) => {
+                self.metrics.log_records_dropped.inc();
+                tracing::debug!(id = %entry.record.id, "request log full; record dropped");
             }
-            Err(mpsc::error::TrySendError::Closed(record)) => {
-                tracing::error!(id = %record.id, "request log closed; record lost");
+            Err(mpsc::error::TrySendError::Closed(entry)) => {
+                self.metrics.log_rows_lost.inc();
+                tracing::error!(id = %entry.record.id, "request log closed; record lost");
             }
         }
+    }
+
+    /// The request log's state: queue, journal, and whether new requests are refused.
+    pub fn health(&self) -> LogHealth {
+        let capacity = self.queue.max_capacity();
+        let taken = capacity - self.queue.capacity();
+        let spill_bytes = self.state.spill_bytes.load(Ordering::Relaxed);
+        let full = taken >= capacity;
+        let (status, reason) = if full {
+            let reason = format!(
+                "the request-log queue ({capacity} records) and spill journal ({} of {} bytes at {}) are full: the store refuses writes; {}",
+                spill_bytes,
+                self.settings.spill_capacity,
+                self.settings.spill_path.display(),
+                match self.settings.when_full {
+                    WhenFull::Refuse => "new requests are refused with 503",
+                    WhenFull::Drop => "records of new requests are dropped",
+                }
+            );
+            ("full", Some(reason))
+        } else if self.state.store_refusing.load(Ordering::Relaxed)
+            || self.state.holding.load(Ordering::Relaxed)
+        {
+            let reason = format!(
+                "the store refuses writes; request-log rows are spilled to {} and replayed when it takes writes again",
+                self.settings.spill_path.display()
+            );
+            ("spilling", Some(reason))
+        } else {
+            ("ok", None)
+        };
+        LogHealth {
+            status,
+            reason,
+            queue_records: taken,
+            queue_capacity: capacity,
+            spill_bytes,
+            spill_capacity: self.settings.spill_capacity,
+            when_full: match self.settings.when_full {
+                WhenFull::Refuse => "refuse",
+                WhenFull::Drop => "drop",
+            },
+            durability: match self.settings.durability {
+                Durability::Batched => "batched",
+                Durability::Fsync => "fsync",
+            },
+        }
+    }
+
+    /// Whether new requests are being refused because the log has no room.
+    pub fn refusing(&self) -> bool {
+        self.settings.when_full == WhenFull::Refuse && self.queue.capacity() == 0
     }
 
     /// The most recent records, oldest first.
@@ -264,89 +411,16 @@ impl RecentLog {
     }
 }
 
-/// Sends its record exactly once: on [`RecordGuard::finish`], or when dropped unfinished
-/// (a client that went away, a panic), marked as such.
-pub struct RecordGuard {
-    record: Option<RequestRecord>,
-    telemetry: Telemetry,
-    started: tokio::time::Instant,
-}
-
-impl RecordGuard {
-    /// Starts the record of a request that just arrived.
-    pub fn new(telemetry: Telemetry, record: RequestRecord) -> RecordGuard {
-        telemetry.in_flight.send_modify(|n| *n += 1);
-        RecordGuard {
-            record: Some(record),
-            telemetry,
-            started: tokio::time::Instant::now(),
-        }
-    }
-
-    /// When the request arrived.
-    pub fn started(&self) -> tokio::time::Instant {
-        self.started
-    }
-
-    /// The record being built. It is only taken by `finish` or `drop`, which consume the guard.
-    pub fn record(&mut self) -> &mut RequestRecord {
-        self.record
-            .get_or_insert_with(|| RequestRecord::new(String::new(), false))
-    }
-
-    /// Sends the record now.
-    pub fn finish(mut self) {
-        self.send();
-    }
-
-    /// Ends the request without a row: for refusals past their address's allowance, which
-    /// are counted instead.
-    pub fn discard(mut self) {
-        if self.record.take().is_some() {
-            self.telemetry
-                .in_flight
-                .send_modify(|n| *n = n.saturating_sub(1));
-        }
-    }
-
-    fn send(&mut self) {
-        if let Some(mut record) = self.record.take() {
-            record.latency = self.started.elapsed();
-            self.telemetry.record(record);
-            self.telemetry
-                .in_flight
-                .send_modify(|n| *n = n.saturating_sub(1));
-        }
-    }
-}
-
-impl Drop for RecordGuard {
-    fn drop(&mut self) {
-        if let Some(record) = self.record.as_mut() {
-            // Dropped before `finish`: the client went away or the handler panicked.
-            record.outcome = Outcome::Error;
-            record
-                .error
-                .get_or_insert_with(|| "client_disconnected".into());
-            if record.status == 0 {
-                record.status = 499;
-            }
-        }
-        self.send();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_full_queue_waits_instead_of_dropping_and_finish_flushes_it_all() {
+    async fn finish_flushes_a_queue_filled_without_yielding() {
         let store = Store::open("sqlite::memory:").await.unwrap();
-        let config = Config::parse("").unwrap();
+        let config = Config::parse("[log]\nqueue_records = 20000\n").unwrap();
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
-        // More than the queue holds, sent without yielding: most land in the full-queue path.
-        let count = QUEUE_DEPTH * 3;
+        let count = 20_000;
         for i in 0..count {
             telemetry.record(RequestRecord::new(format!("r{i}"), false));
         }
@@ -356,6 +430,91 @@ mod tests {
         drop(probe);
         writer.finish().await;
         assert_eq!(store.count_log().await.unwrap(), count as u64);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_queue_spawns_no_task_per_record() {
+        let path =
+            std::env::temp_dir().join(format!("switchyard-full-{}.db", uuid::Uuid::now_v7()));
+        let url = format!("sqlite://{}", path.display());
+        let store = Store::open(&url).await.unwrap();
+        // Another connection holds the write lock: the writer cannot commit anything, and
+        // with no journal it has nowhere else to put rows.
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let text = format!(
+            "[store]\nurl = \"{url}\"\n[log]\nqueue_records = 64\nspill_bytes = 0\nwhen_full = \"drop\"\n"
+        );
+        let config = Config::parse(&text).unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        let metrics = tokio::runtime::Handle::current().metrics();
+        let before = metrics.num_alive_tasks();
+        let count = 20_000;
+        for i in 0..count {
+            telemetry.record(RequestRecord::new(format!("r{i}"), false));
+        }
+        let after = metrics.num_alive_tasks();
+        assert!(after <= before + 1, "{before} tasks before, {after} after");
+        let health = telemetry.health();
+        assert!(health.queue_records <= 64, "{health:?}");
+        // The queue holds 64 and the writer's one batch at most 256 (it lingers for more while
+        // it fills); the rest is dropped, and counted.
+        let dropped = telemetry.metrics.log_records_dropped.get();
+        assert!(dropped >= count - 64 - 256, "{dropped} dropped");
+        blocker.execute_batch("COMMIT").unwrap();
+        drop(blocker);
+        let probe = telemetry.clone();
+        drop(telemetry);
+        let kept = count - dropped;
+        probe.wait_for_rows(kept).await;
+        drop(probe);
+        writer.finish().await;
+        assert_eq!(store.count_log().await.unwrap(), kept);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn shutdown_ends_even_when_nothing_will_take_the_rows() {
+        let path =
+            std::env::temp_dir().join(format!("switchyard-stuck-{}.db", uuid::Uuid::now_v7()));
+        let url = format!("sqlite://{}", path.display());
+        let store = Store::open(&url).await.unwrap();
+        // The store refuses writes for the whole test, and there is no journal.
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        let text = format!(
+            "[store]\nurl = \"{url}\"\n[log]\nqueue_records = 4\nspill_bytes = 0\nwhen_full = \"drop\"\n"
+        );
+        let config = Config::parse(&text).unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &config);
+        for i in 0..10 {
+            telemetry.record(RequestRecord::new(format!("r{i}"), false));
+        }
+        // Shut down only once the writer holds a batch it could not put anywhere.
+        let holding = async {
+            while !telemetry.state.holding.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), holding)
+            .await
+            .expect("the writer finds the store refusing");
+        let metrics = telemetry.metrics.clone();
+        drop(telemetry);
+        tokio::time::timeout(Duration::from_secs(20), writer.finish())
+            .await
+            .expect("the writer ends: it does not wait forever for the store");
+        // Every record is accounted for: dropped at the queue, or lost at shutdown.
+        assert_eq!(
+            metrics.log_records_dropped.get() + metrics.log_rows_lost.get(),
+            10
+        );
+        drop(blocker);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
     }
 
     #[tokio::test]

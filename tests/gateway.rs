@@ -17,6 +17,7 @@ mod gateway {
     mod keys;
     mod lifecycle;
     mod limits;
+    mod logqueue;
     mod lossless;
     mod messages;
     mod metrics;

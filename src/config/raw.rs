@@ -52,6 +52,11 @@ pub struct RawAdmin {
 #[serde(deny_unknown_fields)]
 pub struct RawLog {
     pub retention: Option<String>,
+    pub queue_records: Option<u64>,
+    pub spill_bytes: Option<u64>,
+    pub spill_path: Option<String>,
+    pub when_full: Option<String>,
+    pub durability: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -74,10 +74,33 @@ pub(super) async fn handle(
     endpoint: &Endpoint,
 ) -> Response {
     let id = uuid::Uuid::now_v7().to_string();
-    let mut guard = RecordGuard::new(
+    let guard = RecordGuard::new(
         state.telemetry.clone(),
         RequestRecord::new(id.clone(), false),
     );
+    if guard.must_refuse() {
+        guard.refuse();
+        return ApiError::LogFull.into_response_for(endpoint.format);
+    }
+    // With `[log] durability = "fsync"`, the answer leaves once its record is on disk.
+    let durable = guard.durable();
+    let response = serve(state, peer, headers, body, endpoint, guard, id).await;
+    if let Some(durable) = durable {
+        durable.wait().await;
+    }
+    response
+}
+
+/// Everything after the request's record has its place in the log.
+async fn serve(
+    state: &AppState,
+    peer: ClientAddr,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    endpoint: &Endpoint,
+    mut guard: RecordGuard,
+    id: String,
+) -> Response {
     let format = endpoint.format;
     let caller = match admission::authenticate(state, headers, &mut guard) {
         Ok(caller) => caller,

@@ -38,6 +38,10 @@ pub enum ApiError {
     RateLimited(Refusal),
     #[error("the rate-limit backend is unavailable, and limits fail closed")]
     LimitsUnavailable,
+    #[error(
+        "the gateway cannot log requests right now: the store refuses writes and the request log's queue and spill journal are full, so this request was not served; retry later"
+    )]
+    LogFull,
     #[error("all steps failed: {0}")]
     AllStepsFailed(String),
     #[error("no route matches {0}")]
@@ -67,9 +71,10 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable | ApiError::Busy(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::AllStepsFailed(_)
+            | ApiError::LimitsUnavailable
+            | ApiError::Busy(_)
+            | ApiError::LogFull => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -94,6 +99,7 @@ impl ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::RateLimited(_) => "rate_limit_exceeded",
             ApiError::LimitsUnavailable => "limits_unavailable",
+            ApiError::LogFull => "log_full",
             ApiError::AllStepsFailed(_) => "all_steps_failed",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
@@ -108,9 +114,10 @@ impl ApiError {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
             ApiError::RateLimited(_) => "rate_limit_error",
-            ApiError::AllStepsFailed(_) | ApiError::LimitsUnavailable | ApiError::Busy(_) => {
-                "api_error"
-            }
+            ApiError::AllStepsFailed(_)
+            | ApiError::LimitsUnavailable
+            | ApiError::Busy(_)
+            | ApiError::LogFull => "api_error",
             _ => "invalid_request_error",
         }
     }

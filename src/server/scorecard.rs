@@ -10,21 +10,18 @@ use super::admin::Observer;
 use super::{ApiError, AppState};
 use crate::store::KeyState;
 use crate::store::now_ms;
-use crate::store::request_log::LogQuery;
 use crate::telemetry::scorecard::{self, LiveState, Scorecard};
 
 /// The dashboard page: plain SVG drawn by inline script, no external assets.
 const DASHBOARD: &str = include_str!("dashboard.html");
 
-/// The scorecard over 5 m, 1 h and 24 h, read from the log so it survives restarts.
+/// The scorecard over 5 m, 1 h and 24 h, read from the log's rollups so it survives restarts.
 pub async fn scorecard(
     _: Observer,
     State(state): State<AppState>,
 ) -> Result<Json<Scorecard>, ApiError> {
     // Each one is real work, so a burst of them must not crowd out the requests we serve.
-    // The permit goes into the computation itself, so a caller that hangs up frees no room
-    // while the work it started still runs.
-    let permit = state.scorecards.clone().try_acquire_owned().map_err(|_| {
+    let _permit = state.scorecards.clone().try_acquire_owned().map_err(|_| {
         ApiError::Busy("too many scorecards are being computed at once; retry in a moment")
     })?;
     let unreadable = |error: crate::store::StoreError| {
@@ -32,13 +29,14 @@ pub async fn scorecard(
         ApiError::Internal("the request log cannot be read")
     };
     let now = now_ms();
-    let day = scorecard::WINDOWS[2].1;
-    let rows = state
+    // At most 1,440 rollups a series, folded one at a time on the store's read connection.
+    let builder = state
         .store
-        .query_log(LogQuery {
-            since_ms: Some(now - day),
-            ..LogQuery::default()
-        })
+        .fold_rollups(
+            scorecard::reads_after(now),
+            scorecard::Builder::new(now),
+            |builder, rollup| builder.add(rollup),
+        )
         .await
         .map_err(unreadable)?;
     let keys = state
@@ -59,15 +57,7 @@ pub async fn scorecard(
             .collect(),
         keys,
     };
-    let alerts = state.config.alerts.clone();
-    // A day of rows is real work: keep it off the threads that serve requests.
-    let card = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        scorecard::compute(&rows, now, &live, &alerts)
-    })
-    .await
-    .map_err(|_| ApiError::Internal("the scorecard could not be computed"))?;
-    Ok(Json(card))
+    Ok(Json(builder.finish(&live, &state.config.alerts)))
 }
 
 /// The operator's page; it fetches `/v1/scorecard` every few seconds.

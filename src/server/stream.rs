@@ -34,6 +34,9 @@ pub struct StreamForwarder {
     /// unsettled if the client goes first.
     verdict: Option<PendingVerdict>,
     limits: StreamLimits,
+    /// Set when the record is sent with `[log] durability = "fsync"`: the final events wait
+    /// for it to be on disk.
+    durable: Option<crate::telemetry::Durable>,
 }
 
 /// What ends a stream that the upstream would carry on forever.
@@ -67,6 +70,7 @@ impl StreamForwarder {
             guard: Some(guard),
             verdict,
             limits,
+            durable: None,
         }
     }
 
@@ -80,6 +84,9 @@ impl StreamForwarder {
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
+        if let Some(durable) = self.durable.take() {
+            durable.wait().await;
+        }
         loop {
             if let Some(frame) = self.pending.pop_front() {
                 return Some(frame);
@@ -246,6 +253,7 @@ impl StreamForwarder {
             if let Some(permit) = self.permit.take() {
                 permit.charge_tokens(tokens);
             }
+            self.durable = guard.durable();
             guard.finish();
         }
     }

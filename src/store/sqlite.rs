@@ -2,6 +2,7 @@
 
 mod provider_keys;
 mod request_log;
+mod rollup;
 
 use std::sync::{Arc, Mutex};
 
@@ -66,13 +67,45 @@ const MIGRATIONS: &[&str] = &[
          error TEXT
      );
      CREATE INDEX request_log_time ON request_log (time_ms);",
+    // Per-minute rollups of the log, one row per series (kind 0 overall, 1 route,
+    // 2 provider/model) and minute: what the scorecard reads. Latencies are sketches.
+    "CREATE TABLE log_rollup (
+         minute_ms INTEGER NOT NULL,
+         kind INTEGER NOT NULL,
+         name TEXT NOT NULL,
+         model TEXT NOT NULL,
+         requests INTEGER NOT NULL,
+         success INTEGER NOT NULL,
+         fallback INTEGER NOT NULL,
+         degraded INTEGER NOT NULL,
+         error INTEGER NOT NULL,
+         rejected INTEGER NOT NULL,
+         attempts INTEGER NOT NULL,
+         tokens_in INTEGER NOT NULL,
+         tokens_out INTEGER NOT NULL,
+         cost_usd REAL NOT NULL,
+         latency BLOB NOT NULL,
+         ttft BLOB NOT NULL,
+         PRIMARY KEY (kind, name, model, minute_ms)
+     ) WITHOUT ROWID;
+     CREATE INDEX log_rollup_minute ON log_rollup (minute_ms);",
 ];
 
-/// SQLite behind one connection: the single writer.
+/// The migration that adds the rollups; a store that had rows before it is backfilled.
+const ROLLUP_MIGRATION: usize = 3;
+
+/// How long a write waits for another process's lock before failing; the CLI's writes last
+/// milliseconds.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// SQLite behind one writing connection, and one more for long reads.
 #[derive(Clone)]
 pub struct SqliteStore {
     // A sync mutex: every use is inside `spawn_blocking`, never across an await.
     connection: Arc<Mutex<Connection>>,
+    /// The scorecard's reads; WAL lets them run beside the writer. An in-memory store has
+    /// one connection, so there it is the same one.
+    reader: Arc<Mutex<Connection>>,
 }
 
 impl SqliteStore {
@@ -95,11 +128,22 @@ impl SqliteStore {
             // commits, not a process crash. FULL would fsync every request-log batch, which
             // at low load means every request: the writer's largest cost by far.
             connection.pragma_update(None, "synchronous", "NORMAL")?;
-            connection.busy_timeout(std::time::Duration::from_secs(5))?;
+            connection.busy_timeout(BUSY_TIMEOUT)?;
             Ok(connection)
         })
         .await?;
-        SqliteStore::migrated(connection).await
+        let store = SqliteStore::migrated(connection).await?;
+        let path = path_of(&store).await?;
+        let reader = blocking(move || {
+            let reader = Connection::open(&path)?;
+            reader.busy_timeout(BUSY_TIMEOUT)?;
+            Ok(reader)
+        })
+        .await?;
+        Ok(SqliteStore {
+            reader: Arc::new(Mutex::new(reader)),
+            ..store
+        })
     }
 
     /// An in-memory store, for the demo and tests.
@@ -109,8 +153,10 @@ impl SqliteStore {
     }
 
     async fn migrated(connection: Connection) -> Result<SqliteStore, StoreError> {
+        let connection = Arc::new(Mutex::new(connection));
         let store = SqliteStore {
-            connection: Arc::new(Mutex::new(connection)),
+            reader: connection.clone(),
+            connection,
         };
         store
             .with(|connection| {
@@ -123,11 +169,27 @@ impl SqliteStore {
                     tx.execute_batch(migration)?;
                     tx.pragma_update(None, "user_version", index as i64 + 1)?;
                     tx.commit()?;
+                    if index == ROLLUP_MIGRATION {
+                        rollup::backfill(connection, now_ms())?;
+                    }
                 }
                 Ok(())
             })
             .await?;
         Ok(store)
+    }
+
+    /// Runs `work` on the blocking pool with the read connection.
+    pub(super) async fn read<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let reader = self.reader.clone();
+        blocking(move || {
+            let mut reader = reader.lock().unwrap_or_else(|e| e.into_inner());
+            work(&mut reader)
+        })
+        .await
     }
 
     /// Runs `work` on the blocking pool with the connection.
@@ -238,6 +300,18 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+/// The file the writing connection has open.
+async fn path_of(store: &SqliteStore) -> Result<String, StoreError> {
+    store
+        .with(|connection| {
+            connection
+                .path()
+                .map(str::to_owned)
+                .ok_or_else(|| StoreError::Task("the store has no file".into()))
+        })
+        .await
 }
 
 /// Hex SHA-256 of a whole virtual key: what the store keeps instead of the key.

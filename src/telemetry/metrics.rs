@@ -70,12 +70,23 @@ pub struct Metrics {
     pub ratelimited: Counter,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
-    /// Request-log rows the store refused even after retries (zero unless the disk fails).
+    /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
+    /// store and the journal at shutdown.
     pub log_rows_lost: Counter,
     /// Provider-key rows the last reload could not decrypt, and skipped.
     pub provider_keys_unreadable: Gauge,
     /// 401s past their source address's allowance of log rows, counted instead of logged.
     pub unauthorized_rows_dropped: Counter,
+    /// Records dropped because the queue and the journal were full (`when_full = "drop"`).
+    pub log_records_dropped: Counter,
+    /// Requests refused with a 503 because the log was full (`when_full = "refuse"`).
+    pub log_requests_refused: Counter,
+    /// Rows written to the spill journal while the store refused them.
+    pub log_rows_spilled: Counter,
+    /// Rows replayed from the spill journal into the store.
+    pub log_rows_replayed: Counter,
+    /// Bytes in the spill journal now.
+    pub log_spill_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -105,6 +116,11 @@ impl Metrics {
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
             unauthorized_rows_dropped: Counter::default(),
+            log_records_dropped: Counter::default(),
+            log_requests_refused: Counter::default(),
+            log_rows_spilled: Counter::default(),
+            log_rows_replayed: Counter::default(),
+            log_spill_bytes: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -164,7 +180,7 @@ impl Metrics {
         );
         registry.register(
             "switchyard_log_rows_lost",
-            "Request-log rows the store refused after every retry",
+            "Request-log rows lost: unreadable in the spill journal, or refused by the store and the journal at shutdown",
             metrics.log_rows_lost.clone(),
         );
         registry.register(
@@ -176,6 +192,31 @@ impl Metrics {
             "switchyard_unauthorized_rows_dropped",
             "401s not logged one by one: past their address's allowance of rows a minute",
             metrics.unauthorized_rows_dropped.clone(),
+        );
+        registry.register(
+            "switchyard_log_records_dropped",
+            "Request-log records dropped because the queue and the spill journal were full",
+            metrics.log_records_dropped.clone(),
+        );
+        registry.register(
+            "switchyard_log_requests_refused",
+            "Requests refused because the request log's queue and spill journal were full",
+            metrics.log_requests_refused.clone(),
+        );
+        registry.register(
+            "switchyard_log_rows_spilled",
+            "Request-log rows written to the spill journal while the store refused them",
+            metrics.log_rows_spilled.clone(),
+        );
+        registry.register(
+            "switchyard_log_rows_replayed",
+            "Request-log rows replayed from the spill journal into the store",
+            metrics.log_rows_replayed.clone(),
+        );
+        registry.register(
+            "switchyard_log_spill_bytes",
+            "Bytes in the request log's spill journal",
+            metrics.log_spill_bytes.clone(),
         );
         Metrics {
             registry,

@@ -1,10 +1,12 @@
 //! The scorecard: how each route and each provider/model has done over 5 m, 1 h and 24 h,
-//! computed from the stored request log, so a restart loses none of it.
+//! computed from the store's per-minute rollups of the request log, so a restart loses none
+//! of it and a call reads at most 1,440 rows a series, however busy the day was.
 //!
 //! Rates (success, fallback, degraded, error) and availability are over the requests that were
 //! not rejected: a 401 or a 429 says nothing about the providers. Availability is
-//! `(success + fallback) / not rejected`. Percentiles are nearest-rank over every row in the
-//! window, computed in Rust: exact, and cheap at a gateway's scale (a day of rows per call).
+//! `(success + fallback) / not rejected`. Windows are whole minutes: the 5 m window is the
+//! current minute and the four before it. Percentiles are nearest-rank over the window's
+//! merged latency sketches: within 1 % of the exact sample (see [`Sketch`]).
 //!
 //! A provider/model's card counts each request that reached it upstream once, by the
 //! request's outcome (so a primary that keeps failing shows a high fallback rate); its latency
@@ -15,12 +17,12 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::AlertsConfig;
-use crate::store::request_log::LogRow;
+use crate::store::rollup::{MINUTE_MS, Rollup, RollupData, Series, Sketch};
 
 /// The windows, their names and lengths.
 pub const WINDOWS: [(&str, i64); 3] = [("5m", 300_000), ("1h", 3_600_000), ("24h", 86_400_000)];
 /// The requests-over-time series: one bucket a minute, for the last hour.
-pub const BUCKET_MS: i64 = 60_000;
+pub const BUCKET_MS: i64 = MINUTE_MS;
 const BUCKETS: i64 = 60;
 
 /// The whole scorecard, as `GET /v1/scorecard` answers it.
@@ -146,37 +148,32 @@ pub struct SeriesPoint {
     pub rejected: u64,
 }
 
-/// Samples gathered for one group in one window.
+/// One group's figures in one window, as merged so far.
 #[derive(Default)]
-struct Tally {
-    stats: Stats,
-    latencies: Vec<f64>,
-    ttfts: Vec<f64>,
-}
+struct Tally(RollupData);
 
 impl Tally {
-    fn count(&mut self, outcome: &str) {
-        let s = &mut self.stats;
-        s.requests += 1;
-        match outcome {
-            "success" => s.success += 1,
-            "fallback" => s.fallback += 1,
-            "degraded" => s.degraded += 1,
-            "rejected" => s.rejected += 1,
-            _ => s.error += 1,
-        }
-    }
-
-    fn served(&mut self, row: &LogRow) {
-        let s = &mut self.stats;
-        s.tokens_in += row.tokens_in.unwrap_or(0);
-        s.tokens_out += row.tokens_out.unwrap_or(0);
-        s.cost_usd += row.cost_usd.unwrap_or(0.0);
-        self.ttfts.extend(row.ttft_ms);
-    }
-
-    fn finish(mut self, alerts: &AlertsConfig) -> Stats {
-        let s = &mut self.stats;
+    fn finish(self, alerts: &AlertsConfig) -> Stats {
+        let RollupData {
+            counts: c,
+            latency,
+            ttft,
+        } = self.0;
+        let mut s = Stats {
+            requests: c.requests,
+            success: c.success,
+            fallback: c.fallback,
+            degraded: c.degraded,
+            error: c.error,
+            rejected: c.rejected,
+            attempts: c.attempts,
+            tokens_in: c.tokens_in,
+            tokens_out: c.tokens_out,
+            cost_usd: c.cost_usd,
+            latency_ms: percentiles(&latency),
+            ttft_ms: percentiles(&ttft),
+            ..Stats::default()
+        };
         let judged = s.requests - s.rejected;
         if judged > 0 {
             let rate = |n: u64| n as f64 / judged as f64;
@@ -191,26 +188,16 @@ impl Tally {
                 fallback_rate_above_max: s.fallback_rate > alerts.fallback_rate_max,
             };
         }
-        s.latency_ms = percentiles(&mut self.latencies);
-        s.ttft_ms = percentiles(&mut self.ttfts);
-        self.stats
+        s
     }
 }
 
-/// Nearest-rank: the smallest sample with at least q of them at or below it.
-fn percentiles(samples: &mut [f64]) -> Percentiles {
-    if samples.is_empty() {
-        return Percentiles::default();
-    }
-    samples.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        let rank = (q * samples.len() as f64).ceil() as usize;
-        samples[rank.clamp(1, samples.len()) - 1]
-    };
+/// Nearest-rank percentiles, read from a sketch.
+fn percentiles(sketch: &Sketch) -> Percentiles {
     Percentiles {
-        p50: Some(at(0.50)),
-        p95: Some(at(0.95)),
-        p99: Some(at(0.99)),
+        p50: sketch.quantile(0.50),
+        p95: sketch.quantile(0.95),
+        p99: sketch.quantile(0.99),
     }
 }
 
@@ -238,131 +225,155 @@ pub struct LiveState {
     pub keys: Vec<(String, String, i64)>,
 }
 
-/// Computes the scorecard from the log's last 24 h of rows and the live breakers and keys.
-pub fn compute(rows: &[LogRow], now_ms: i64, live: &LiveState, alerts: &AlertsConfig) -> Scorecard {
-    let breakers = &live.breakers;
-    let mut overall = WindowTallies::default();
-    let mut routes: BTreeMap<String, WindowTallies> = BTreeMap::new();
-    let mut deployments: BTreeMap<(String, String), WindowTallies> = BTreeMap::new();
-    let series_start = (now_ms / BUCKET_MS - (BUCKETS - 1)) * BUCKET_MS;
-    let mut series: Vec<SeriesPoint> = (0..BUCKETS)
-        .map(|i| SeriesPoint {
-            t_ms: series_start + i * BUCKET_MS,
-            ..SeriesPoint::default()
-        })
-        .collect();
-    for row in rows {
-        if row.time_ms >= series_start {
-            let bucket = ((row.time_ms - series_start) / BUCKET_MS) as usize;
-            if let Some(point) = series.get_mut(bucket) {
-                match row.outcome.as_str() {
-                    "success" => point.success += 1,
-                    "fallback" => point.fallback += 1,
-                    "degraded" => point.degraded += 1,
-                    "rejected" => point.rejected += 1,
-                    _ => point.error += 1,
-                }
-            }
-        }
-        // The deployments this request reached, each once.
-        let mut reached: Vec<(&str, &str)> = Vec::new();
-        for attempt in row.attempts.iter().filter(|a| a.reached_upstream) {
-            let key = (attempt.provider.as_str(), attempt.model.as_str());
-            if !reached.contains(&key) {
-                reached.push(key);
-            }
-        }
-        for (w, (_, length)) in WINDOWS.iter().enumerate() {
-            if row.time_ms < now_ms - length {
-                continue;
-            }
-            for tally in [
-                Some(&mut overall.0[w]),
-                row.route
-                    .as_ref()
-                    .map(|r| &mut routes.entry(r.clone()).or_default().0[w]),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                tally.count(&row.outcome);
-                tally.latencies.push(row.latency_ms);
-                tally.served(row);
-            }
-            for &(provider, model) in &reached {
-                let key = (provider.to_owned(), model.to_owned());
-                let tally = &mut deployments.entry(key).or_default().0[w];
-                tally.count(&row.outcome);
-                for attempt in row
-                    .attempts
-                    .iter()
-                    .filter(|a| a.reached_upstream && a.provider == provider && a.model == model)
-                {
-                    tally.stats.attempts += 1;
-                    tally.latencies.push(attempt.latency_ms);
-                }
-                if row.provider.as_deref() == Some(provider) && row.model.as_deref() == Some(model)
-                {
-                    tally.served(row);
-                }
-            }
-        }
-    }
-    for (provider, model, _) in breakers {
-        deployments
-            .entry((provider.clone(), model.clone()))
-            .or_default();
-    }
-    let overall = overall.finish(alerts);
-    let routes: Vec<RouteCard> = routes
-        .into_iter()
-        .map(|(route, tallies)| RouteCard {
-            route,
-            windows: tallies.finish(alerts),
-        })
-        .collect();
-    let deployments: Vec<DeploymentCard> = deployments
-        .into_iter()
-        .map(|((provider, model), tallies)| DeploymentCard {
-            breaker: breakers
-                .iter()
-                .find(|(p, m, _)| *p == provider && *m == model)
-                .map(|(_, _, gauge)| breaker_name(*gauge)),
-            keys: live
-                .keys
-                .iter()
-                .filter(|(p, _, _)| *p == provider)
-                .map(|(_, id, version)| KeyVersion {
-                    id: id.clone(),
-                    version: *version,
+/// The minute starts a scorecard reads are after this: its longest window.
+pub fn reads_after(now_ms: i64) -> i64 {
+    now_ms - WINDOWS[2].1
+}
+
+/// A scorecard folded together one rollup at a time, so its memory is one tally per group
+/// and window, however many rows the day had.
+pub struct Builder {
+    now_ms: i64,
+    overall: WindowTallies,
+    routes: BTreeMap<String, WindowTallies>,
+    deployments: BTreeMap<(String, String), WindowTallies>,
+    series_start: i64,
+    series: Vec<SeriesPoint>,
+}
+
+impl Builder {
+    /// An empty scorecard as of `now_ms`.
+    pub fn new(now_ms: i64) -> Builder {
+        let series_start = (now_ms / BUCKET_MS - (BUCKETS - 1)) * BUCKET_MS;
+        Builder {
+            now_ms,
+            overall: WindowTallies::default(),
+            routes: BTreeMap::new(),
+            deployments: BTreeMap::new(),
+            series_start,
+            series: (0..BUCKETS)
+                .map(|i| SeriesPoint {
+                    t_ms: series_start + i * BUCKET_MS,
+                    ..SeriesPoint::default()
                 })
                 .collect(),
-            provider,
-            model,
-            windows: tallies.finish(alerts),
-        })
-        .collect();
-    let mut raised = Vec::new();
-    collect_alerts(&mut raised, "overall", "all", &overall, alerts);
-    for card in &routes {
-        collect_alerts(&mut raised, "route", &card.route, &card.windows, alerts);
+        }
     }
-    for card in &deployments {
-        let name = format!("{}/{}", card.provider, card.model);
-        collect_alerts(&mut raised, "deployment", &name, &card.windows, alerts);
+
+    /// Folds in one series' minute.
+    pub fn add(&mut self, rollup: Rollup) {
+        let Rollup {
+            minute_ms,
+            series,
+            data,
+        } = rollup;
+        if series == Series::Overall && minute_ms >= self.series_start {
+            let bucket = ((minute_ms - self.series_start) / BUCKET_MS) as usize;
+            if let Some(point) = self.series.get_mut(bucket) {
+                point.success += data.counts.success;
+                point.fallback += data.counts.fallback;
+                point.degraded += data.counts.degraded;
+                point.rejected += data.counts.rejected;
+                point.error += data.counts.error;
+            }
+        }
+        let tallies = match series {
+            Series::Overall => &mut self.overall,
+            Series::Route(route) => self.routes.entry(route).or_default(),
+            Series::Deployment { provider, model } => {
+                self.deployments.entry((provider, model)).or_default()
+            }
+        };
+        for (w, (_, length)) in WINDOWS.iter().enumerate() {
+            // A minute belongs to a window when it starts inside it: exactly as many
+            // minutes as the window is long, the current one included.
+            if minute_ms > self.now_ms - length && minute_ms <= self.now_ms {
+                tallies.0[w].0.merge(&data);
+            }
+        }
     }
-    Scorecard {
-        generated_at_ms: now_ms,
-        thresholds: AlertsView {
-            availability_target: alerts.availability_target,
-            fallback_rate_max: alerts.fallback_rate_max,
-        },
-        overall,
-        routes,
-        deployments,
-        series,
-        alerts: raised,
+
+    /// The scorecard, with the live breakers and keys.
+    pub fn finish(self, live: &LiveState, alerts: &AlertsConfig) -> Scorecard {
+        let Builder {
+            now_ms,
+            overall,
+            routes,
+            mut deployments,
+            series,
+            ..
+        } = self;
+        let breakers = &live.breakers;
+        for (provider, model, _) in breakers {
+            deployments
+                .entry((provider.clone(), model.clone()))
+                .or_default();
+        }
+        let overall = overall.finish(alerts);
+        let routes: Vec<RouteCard> = routes
+            .into_iter()
+            .map(|(route, tallies)| RouteCard {
+                route,
+                windows: tallies.finish(alerts),
+            })
+            .collect();
+        let deployments: Vec<DeploymentCard> = deployments
+            .into_iter()
+            .map(|((provider, model), tallies)| DeploymentCard {
+                breaker: breakers
+                    .iter()
+                    .find(|(p, m, _)| *p == provider && *m == model)
+                    .map(|(_, _, gauge)| breaker_name(*gauge)),
+                keys: live
+                    .keys
+                    .iter()
+                    .filter(|(p, _, _)| *p == provider)
+                    .map(|(_, id, version)| KeyVersion {
+                        id: id.clone(),
+                        version: *version,
+                    })
+                    .collect(),
+                provider,
+                model,
+                windows: tallies.finish(alerts),
+            })
+            .collect();
+        let mut raised = Vec::new();
+        collect_alerts(&mut raised, "overall", "all", &overall, alerts);
+        for card in &routes {
+            collect_alerts(&mut raised, "route", &card.route, &card.windows, alerts);
+        }
+        for card in &deployments {
+            let name = format!("{}/{}", card.provider, card.model);
+            collect_alerts(&mut raised, "deployment", &name, &card.windows, alerts);
+        }
+        Scorecard {
+            generated_at_ms: now_ms,
+            thresholds: AlertsView {
+                availability_target: alerts.availability_target,
+                fallback_rate_max: alerts.fallback_rate_max,
+            },
+            overall,
+            routes,
+            deployments,
+            series,
+            alerts: raised,
+        }
     }
+}
+
+/// Computes the scorecard from rollups and the live breakers and keys.
+pub fn compute(
+    rollups: impl IntoIterator<Item = Rollup>,
+    now_ms: i64,
+    live: &LiveState,
+    alerts: &AlertsConfig,
+) -> Scorecard {
+    let mut builder = Builder::new(now_ms);
+    for rollup in rollups {
+        builder.add(rollup);
+    }
+    builder.finish(live, alerts)
 }
 
 fn breaker_name(gauge: i64) -> &'static str {

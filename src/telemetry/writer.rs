@@ -1,16 +1,23 @@
 //! The writer task: prices each record, stores it in batches, then feeds metrics and the
 //! in-memory ring. It is the only place a record touches I/O, so requests never wait on disk.
+//!
+//! While the store refuses writes (a lock held elsewhere, a full disk), batches go to the
+//! spill journal instead, and the writer tries the store again every [`RETRY`], replaying the
+//! journal once it takes writes. Only a batch that neither will take stays in the writer's
+//! hands; it then stops taking records, the queue fills, and `[log] when_full` decides.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::journal::Journal;
 use super::metrics::Metrics;
-use super::{RecentLog, RequestRecord};
-use crate::config::{Config, ModelName, Price, ProviderId};
+use super::{Entry, RecentLog, RequestRecord, WriterState};
+use crate::config::{Config, Durability, ModelName, Price, ProviderId};
 use crate::store::request_log::{LogAttempt, LogRow};
 use crate::store::{Store, now_ms};
 
@@ -21,27 +28,38 @@ const LINGER: Duration = Duration::from_millis(10);
 pub const BATCH: usize = 256;
 /// How often old rows are purged, at most.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
-/// Waits between tries of a batch the store refused (busy, disk full); while it waits, the
-/// queue fills and backpressure reaches the request tasks instead of rows being dropped.
-const RETRY_WAITS: [Duration; 4] = [
-    Duration::from_millis(50),
-    Duration::from_millis(250),
-    Duration::from_secs(1),
-    Duration::from_secs(5),
-];
+/// How often a store that refused writes is tried again.
+const RETRY: Duration = Duration::from_millis(500);
+/// Journal batches replayed before the writer turns back to the queue, so a long replay
+/// does not starve new records.
+const REPLAY_TURN: usize = 16;
 
 /// Everything the writer task owns.
 pub(super) struct Writer {
-    pub store: Store,
-    pub prices: HashMap<(ProviderId, ModelName), Price>,
-    pub retention: Duration,
-    pub log: Arc<RecentLog>,
-    pub metrics: Arc<Metrics>,
+    store: Store,
+    prices: HashMap<(ProviderId, ModelName), Price>,
+    retention: Duration,
+    durability: Durability,
+    journal: Option<Journal>,
+    log: Arc<RecentLog>,
+    metrics: Arc<Metrics>,
+    state: Arc<WriterState>,
+    /// Whether the store took the last write tried; while it refuses, batches go straight
+    /// to the journal and the store is tried again at `next_try`.
+    store_ok: bool,
+    next_try: Instant,
 }
 
 impl Writer {
     /// Builds the writer from the config's price table and retention.
-    pub fn new(store: Store, config: &Config, log: Arc<RecentLog>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        store: Store,
+        config: &Config,
+        journal: Option<Journal>,
+        log: Arc<RecentLog>,
+        metrics: Arc<Metrics>,
+        state: Arc<WriterState>,
+    ) -> Self {
         let prices = config
             .prices
             .iter()
@@ -51,48 +69,273 @@ impl Writer {
             store,
             prices,
             retention: config.log.retention,
+            durability: config.log.durability,
+            journal,
             log,
             metrics,
+            state,
+            store_ok: true,
+            next_try: Instant::now(),
         }
     }
 
     /// Runs until every sender is gone and the queue is empty; the last batch is committed
-    /// before it returns, which is what makes shutdown a flush.
-    pub async fn run(self, mut receiver: mpsc::Receiver<RequestRecord>) {
-        let mut batch = Vec::with_capacity(BATCH);
+    /// (or, if the store still refuses, journaled) before it returns, which is what makes
+    /// shutdown a flush.
+    pub async fn run(mut self, mut receiver: mpsc::Receiver<Entry>) {
+        let mut entries = Vec::with_capacity(BATCH);
         let mut next_purge = Instant::now();
-        while receiver.recv_many(&mut batch, BATCH).await > 0 {
-            // Lingering a moment for more records makes one commit serve many requests; at
-            // low load that commit, not the request, was the gateway's largest CPU cost.
-            let linger_until = Instant::now() + LINGER;
-            while batch.len() < BATCH {
-                let room = BATCH - batch.len();
-                match tokio::time::timeout_at(linger_until, receiver.recv_many(&mut batch, room))
-                    .await
-                {
-                    Ok(received) if received > 0 => {}
-                    // Closed (shutdown: flush now) or the linger is over.
-                    _ => break,
+        let mut held: Option<Arc<[LogRow]>> = None;
+        self.replay().await;
+        loop {
+            if let Some(rows) = held.take() {
+                if receiver.is_closed() {
+                    // Shutting down with nowhere to put this batch: one last try below.
+                    held = Some(rows);
+                    break;
                 }
+                // Nothing will take this batch yet: stop taking records, so the queue
+                // (bounded) is what fills, and try again in a while.
+                tokio::time::sleep_until(self.next_try).await;
+                self.replay().await;
+                held = self.put(rows).await;
+                self.state.holding.store(held.is_some(), Ordering::Relaxed);
+                continue;
             }
-            for record in &mut batch {
-                record.cost_usd = self.cost(record);
+            let open = self.receive(&mut receiver, &mut entries).await;
+            if !entries.is_empty() {
+                let (rows, acks) = self.take(&mut entries);
+                held = match self.durability {
+                    Durability::Batched => self.put(rows).await,
+                    Durability::Fsync => self.put_durably(rows, acks).await,
+                };
+                self.state.holding.store(held.is_some(), Ordering::Relaxed);
             }
-            let stored = self.store_batch(&batch).await;
-            let count = batch.len() as u64;
-            for record in batch.drain(..) {
-                self.metrics.observe(&record);
-                self.log.append(record);
-            }
-            if stored {
-                self.log.written.send_modify(|n| *n += count);
-            } else {
-                self.metrics.log_rows_lost.inc_by(count);
+            if self.journal.as_ref().is_some_and(Journal::pending)
+                && (self.store_ok || Instant::now() >= self.next_try)
+            {
+                self.replay().await;
             }
             if Instant::now() >= next_purge {
                 self.purge().await;
                 next_purge = Instant::now() + PURGE_EVERY;
             }
+            if !open {
+                break;
+            }
+        }
+        self.shut_down(held, receiver).await;
+    }
+
+    /// Takes the next batch into `entries`; false once the queue is closed and empty.
+    async fn receive(
+        &self,
+        receiver: &mut mpsc::Receiver<Entry>,
+        entries: &mut Vec<Entry>,
+    ) -> bool {
+        let pending = self.journal.as_ref().is_some_and(Journal::pending);
+        // With rows to replay, wake up for them: now if the store takes writes, else at the
+        // next try.
+        let wake = match (pending, self.store_ok) {
+            (false, _) => None,
+            (true, true) => Some(Instant::now()),
+            (true, false) => Some(self.next_try),
+        };
+        let received = match wake {
+            None => receiver.recv_many(entries, BATCH).await,
+            Some(at) => {
+                match tokio::time::timeout_at(at, receiver.recv_many(entries, BATCH)).await {
+                    Ok(received) => received,
+                    Err(_) => return true,
+                }
+            }
+        };
+        if received == 0 {
+            return false;
+        }
+        // Lingering a moment for more records makes one commit serve many requests; at
+        // low load that commit, not the request, was the gateway's largest CPU cost. With
+        // fsync, answers wait on the batch, and records pile up during each fsync anyway.
+        if self.durability == Durability::Batched {
+            let linger_until = Instant::now() + LINGER;
+            while entries.len() < BATCH {
+                let room = BATCH - entries.len();
+                match tokio::time::timeout_at(linger_until, receiver.recv_many(entries, room)).await
+                {
+                    Ok(received) if received > 0 => {}
+                    // Closed (shutdown: flush now) or the linger is over.
+                    Ok(_) => return false,
+                    Err(_) => break,
+                }
+            }
+        }
+        true
+    }
+
+    /// Prices the batch, counts it in the metrics and the ring; returns its rows and the
+    /// acknowledgements its answers wait on.
+    fn take(&self, entries: &mut Vec<Entry>) -> (Arc<[LogRow]>, Vec<super::guard::Ack>) {
+        let mut rows = Vec::with_capacity(entries.len());
+        let mut acks = Vec::new();
+        for Entry { mut record, ack } in entries.drain(..) {
+            record.cost_usd = self.cost(&record);
+            rows.push(log_row(&record));
+            self.metrics.observe(&record);
+            self.log.append(record);
+            acks.extend(ack);
+        }
+        (rows.into(), acks)
+    }
+
+    /// Stores a batch or, while the store refuses, journals it; gives it back when neither
+    /// would take it.
+    async fn put(&mut self, rows: Arc<[LogRow]>) -> Option<Arc<[LogRow]>> {
+        if (self.store_ok || Instant::now() >= self.next_try) && self.store(rows.clone()).await {
+            return None;
+        }
+        self.spill(rows, false)
+    }
+
+    /// Journals a batch and syncs it before its answers go, then stores it.
+    async fn put_durably(
+        &mut self,
+        rows: Arc<[LogRow]>,
+        acks: Vec<super::guard::Ack>,
+    ) -> Option<Arc<[LogRow]>> {
+        let Some(journal) = self.journal.as_mut() else {
+            return self.put(rows).await;
+        };
+        let before = journal.len();
+        let all_stored_before = journal.stored_up_to() == before;
+        let journaled = match journal.append(&rows, true) {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, rows = rows.len(), "request log: cannot journal a batch");
+                false
+            }
+        };
+        // On disk (or, if the journal failed, as safe as it will get): the answers may go.
+        drop(acks);
+        if !journaled {
+            return self.put(rows).await;
+        }
+        note_spill(&self.state, &self.metrics, journal.len());
+        if self.store_ok && all_stored_before && self.store(rows).await {
+            // Nothing else was pending: the journal is all stored now.
+            if let Some(journal) = self.journal.as_mut() {
+                let end = journal.len();
+                journal.mark_stored(end);
+                note_spill(&self.state, &self.metrics, journal.len());
+            }
+        }
+        None
+    }
+
+    /// One try of the store; notes whether it took the rows.
+    async fn store(&mut self, rows: Arc<[LogRow]>) -> bool {
+        let count = rows.len();
+        match self.store.insert_log(rows).await {
+            Ok(inserted) => {
+                self.log.written.send_modify(|n| *n += inserted as u64);
+                self.store_ok = true;
+                self.state.store_refusing.store(false, Ordering::Relaxed);
+                true
+            }
+            Err(error) => {
+                if self.store_ok {
+                    tracing::warn!(%error, rows = count, "the store refuses request-log writes; spilling to the journal");
+                }
+                self.store_ok = false;
+                self.next_try = Instant::now() + RETRY;
+                self.state.store_refusing.store(true, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    fn spill(&mut self, rows: Arc<[LogRow]>, sync: bool) -> Option<Arc<[LogRow]>> {
+        let Some(journal) = self.journal.as_mut() else {
+            return Some(rows);
+        };
+        match journal.append(&rows, sync) {
+            Ok(()) => {
+                self.metrics.log_rows_spilled.inc_by(rows.len() as u64);
+                note_spill(&self.state, &self.metrics, journal.len());
+                None
+            }
+            Err(error) => {
+                if !self.state.holding.load(Ordering::Relaxed) {
+                    tracing::error!(%error, "request log: the store and the spill journal both refuse rows; holding them");
+                }
+                self.next_try = self.next_try.max(Instant::now() + RETRY);
+                Some(rows)
+            }
+        }
+    }
+
+    /// Moves journaled rows into the store, a few batches a turn.
+    async fn replay(&mut self) {
+        for _ in 0..REPLAY_TURN {
+            let Some(journal) = self.journal.as_ref() else {
+                return;
+            };
+            if !journal.pending() {
+                return;
+            }
+            let pending = match journal.read_pending(BATCH) {
+                Ok(pending) => pending,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot read the spill journal");
+                    self.next_try = Instant::now() + RETRY;
+                    return;
+                }
+            };
+            if pending.unreadable > 0 {
+                tracing::error!(
+                    rows = pending.unreadable,
+                    "unreadable rows in the spill journal"
+                );
+                self.metrics.log_rows_lost.inc_by(pending.unreadable);
+            }
+            let count = pending.rows.len() as u64;
+            if count > 0 && !self.store(pending.rows.into()).await {
+                return;
+            }
+            self.metrics.log_rows_replayed.inc_by(count);
+            if let Some(journal) = self.journal.as_mut() {
+                journal.mark_stored(pending.end);
+                note_spill(&self.state, &self.metrics, journal.len());
+                if !journal.pending() {
+                    tracing::info!("the spill journal is replayed into the store");
+                }
+            }
+        }
+    }
+
+    /// Every sender is gone: one last try for what is held and what is left in the queue.
+    /// Rows the journal keeps are replayed at the next start, so the shutdown does not wait
+    /// for a long replay.
+    async fn shut_down(mut self, held: Option<Arc<[LogRow]>>, mut receiver: mpsc::Receiver<Entry>) {
+        let mut entries = Vec::new();
+        while let Ok(entry) = receiver.try_recv() {
+            entries.push(entry);
+        }
+        let rest = (!entries.is_empty()).then(|| self.take(&mut entries).0);
+        for rows in held.into_iter().chain(rest) {
+            let rows = match self.store(rows.clone()).await {
+                true => None,
+                false => self.spill(rows, true),
+            };
+            if let Some(rows) = rows {
+                tracing::error!(rows = rows.len(), "request-log rows lost at shutdown");
+                self.metrics.log_rows_lost.inc_by(rows.len() as u64);
+            }
+        }
+        if self.store_ok {
+            self.replay().await;
+        }
+        if let Some(journal) = self.journal.take() {
+            journal.close();
         }
     }
 
@@ -108,27 +351,6 @@ impl Writer {
         ))
     }
 
-    async fn store_batch(&self, batch: &[RequestRecord]) -> bool {
-        let mut waits = RETRY_WAITS.iter();
-        loop {
-            // Rebuilt for each try rather than cloned up front: the first try is the usual one.
-            let rows: Vec<LogRow> = batch.iter().map(log_row).collect();
-            match self.store.insert_log(rows).await {
-                Ok(_) => return true,
-                Err(error) => match waits.next() {
-                    Some(wait) => {
-                        tracing::warn!(%error, rows = batch.len(), "request log write failed; retrying");
-                        tokio::time::sleep(*wait).await;
-                    }
-                    None => {
-                        tracing::error!(%error, rows = batch.len(), "request log rows lost");
-                        return false;
-                    }
-                },
-            }
-        }
-    }
-
     async fn purge(&self) {
         let before = now_ms().saturating_sub(self.retention.as_millis() as i64);
         match self.store.purge_log(before).await {
@@ -137,6 +359,12 @@ impl Writer {
             Err(error) => tracing::warn!(%error, "request log purge failed"),
         }
     }
+}
+
+/// Notes the journal's size where `/readyz` and `/metrics` show it.
+fn note_spill(state: &WriterState, metrics: &Metrics, bytes: u64) {
+    state.spill_bytes.store(bytes, Ordering::Relaxed);
+    metrics.log_spill_bytes.set(bytes as i64);
 }
 
 /// The stored form of a record.

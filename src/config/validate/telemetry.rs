@@ -8,7 +8,8 @@ use std::time::Duration;
 use super::Errors;
 use crate::config::raw::{RawAdmin, RawAlerts, RawLog, RawPrice};
 use crate::config::{
-    AdminConfig, AlertsConfig, LogConfig, ModelName, Price, Provider, ProviderId, Token,
+    AdminConfig, AlertsConfig, Durability, LogConfig, ModelName, Price, Provider, ProviderId,
+    Token, WhenFull,
 };
 
 /// Thirty days of request log unless `[log] retention` says otherwise.
@@ -48,12 +49,73 @@ pub fn admin(errors: &mut Errors, raw: RawAdmin) -> AdminConfig {
     }
 }
 
+/// Records the request log's queue holds: about 64 MiB of records at worst.
+pub const DEFAULT_QUEUE_RECORDS: usize = 65_536;
+/// The spill journal's cap: about a million and a half rows, hours of outage at 100 req/s.
+pub const DEFAULT_SPILL_BYTES: u64 = 1 << 30;
+/// Past this, the queue alone would hold gigabytes.
+const MAX_QUEUE_RECORDS: u64 = 1 << 24;
+
 pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
     let retention = errors.duration("log.retention", raw.retention.as_deref(), DEFAULT_RETENTION);
     if retention.is_zero() {
         errors.add("log.retention", "must be greater than 0");
     }
-    LogConfig { retention }
+    let queue_records = match raw.queue_records {
+        None => DEFAULT_QUEUE_RECORDS,
+        Some(n) if (1..=MAX_QUEUE_RECORDS).contains(&n) => n as usize,
+        Some(_) => {
+            errors.add(
+                "log.queue_records",
+                format!("must be between 1 and {MAX_QUEUE_RECORDS}"),
+            );
+            DEFAULT_QUEUE_RECORDS
+        }
+    };
+    let spill_bytes = raw.spill_bytes.unwrap_or(DEFAULT_SPILL_BYTES);
+    let spill_path = match raw.spill_path {
+        Some(path) if path.is_empty() => {
+            errors.add("log.spill_path", "must not be empty");
+            None
+        }
+        path => path.map(std::path::PathBuf::from),
+    };
+    let when_full = match raw.when_full.as_deref().unwrap_or("refuse") {
+        "refuse" => WhenFull::Refuse,
+        "drop" => WhenFull::Drop,
+        other => {
+            errors.add(
+                "log.when_full",
+                format!("`{other}` is not one of `refuse`, `drop`"),
+            );
+            WhenFull::Refuse
+        }
+    };
+    let durability = match raw.durability.as_deref().unwrap_or("batched") {
+        "batched" => Durability::Batched,
+        "fsync" => Durability::Fsync,
+        other => {
+            errors.add(
+                "log.durability",
+                format!("`{other}` is not one of `batched`, `fsync`"),
+            );
+            Durability::Batched
+        }
+    };
+    if durability == Durability::Fsync && spill_bytes == 0 {
+        errors.add(
+            "log.durability",
+            "`fsync` writes records to the spill journal, so it needs spill_bytes > 0",
+        );
+    }
+    LogConfig {
+        retention,
+        queue_records,
+        spill_bytes,
+        spill_path,
+        when_full,
+        durability,
+    }
 }
 
 pub fn alerts(errors: &mut Errors, raw: RawAlerts) -> AlertsConfig {
@@ -130,6 +192,11 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(config.log.retention.as_secs(), 30 * 24 * 3600);
+        assert_eq!(config.log.queue_records, 65_536);
+        assert_eq!(config.log.spill_bytes, 1 << 30);
+        assert_eq!(config.log.spill_path, None);
+        assert_eq!(config.log.when_full, crate::config::WhenFull::Refuse);
+        assert_eq!(config.log.durability, crate::config::Durability::Batched);
         assert_eq!(config.alerts.availability_target, 0.99);
         assert_eq!(config.alerts.fallback_rate_max, 0.2);
         let cost = config.prices[0].cost(1_000_000, 100_000);
@@ -153,6 +220,36 @@ mod tests {
                 "{field}: {errors:?}"
             );
         }
+    }
+
+    #[test]
+    fn log_settings_name_their_fields() {
+        let errors = errors(&format!(
+            "{PROVIDER}[log]\nqueue_records = 0\nspill_bytes = 0\nspill_path = \"\"\n\
+             when_full = \"wait\"\ndurability = \"fsync\"\n"
+        ));
+        for field in [
+            "log.queue_records",
+            "log.spill_path",
+            "log.when_full",
+            "log.durability",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(field)),
+                "{field}: {errors:?}"
+            );
+        }
+        let config = Config::parse(&format!(
+            "{PROVIDER}[log]\nqueue_records = 16\nspill_bytes = 4096\nspill_path = \"/var/spill\"\n\
+             when_full = \"drop\"\ndurability = \"fsync\"\n"
+        ))
+        .unwrap();
+        assert_eq!(config.log.queue_records, 16);
+        assert_eq!(config.log.when_full, crate::config::WhenFull::Drop);
+        assert_eq!(
+            config.log.spill_path.as_deref(),
+            Some(std::path::Path::new("/var/spill"))
+        );
     }
 
     #[test]

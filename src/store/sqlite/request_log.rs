@@ -1,63 +1,43 @@
 //! The request log in SQLite: batches inserted in one transaction, read back with filters.
 
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, params, params_from_iter};
+use rusqlite::{Connection, Row, params, params_from_iter};
 
-use super::SqliteStore;
+use super::{BUSY_TIMEOUT, SqliteStore, rollup};
 use crate::store::StoreError;
 use crate::store::request_log::{LogQuery, LogRow};
+use crate::store::rollup::{MINUTE_MS, Rollups};
 
-const COLUMNS: &str = "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
+/// How long a log write waits for a lock another process holds before it fails; the writer
+/// then spills the batch to its journal instead of stalling behind the lock.
+const LOG_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+pub(super) const COLUMNS: &str =
+    "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
      error";
 
 impl SqliteStore {
-    /// Inserts a batch of rows in one transaction: all of them or, on error, none.
-    pub async fn insert_log(&self, rows: Vec<LogRow>) -> Result<usize, StoreError> {
+    /// Inserts a batch of rows, and folds them into the rollups, in one transaction: all of
+    /// them or, on error, none. A row whose id is already stored is skipped, so a batch can
+    /// be replayed; returns how many rows were new.
+    pub async fn insert_log(
+        &self,
+        rows: impl Into<std::sync::Arc<[LogRow]>>,
+    ) -> Result<usize, StoreError> {
+        let rows = rows.into();
         self.with(move |connection| {
-            let tx = connection.transaction()?;
-            {
-                let mut insert = tx.prepare_cached(&format!(
-                    "INSERT INTO request_log ({COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                             ?16, ?17, ?18, ?19, ?20)"
-                ))?;
-                for row in &rows {
-                    // Serialising plain strings and numbers cannot fail.
-                    let attempts = serde_json::to_string(&row.attempts).unwrap_or_default();
-                    insert.execute(params![
-                        row.id,
-                        row.time_ms,
-                        row.key_id,
-                        row.user,
-                        row.route,
-                        row.outcome,
-                        row.step.map(|s| s as i64),
-                        row.provider,
-                        row.model,
-                        attempts,
-                        row.status,
-                        row.latency_ms,
-                        row.ttft_ms,
-                        row.overhead_ms,
-                        row.tokens_in.map(|t| t as i64),
-                        row.tokens_out.map(|t| t as i64),
-                        row.cost_usd,
-                        row.stream,
-                        row.partial,
-                        row.error,
-                    ])?;
-                }
-            }
-            tx.commit()?;
-            Ok(rows.len())
+            connection.busy_timeout(LOG_BUSY_TIMEOUT)?;
+            let inserted = insert_rows(connection, &rows);
+            connection.busy_timeout(BUSY_TIMEOUT)?;
+            Ok(inserted?)
         })
         .await
     }
 
     /// Rows matching `query`, oldest first.
     pub async fn query_log(&self, query: LogQuery) -> Result<Vec<LogRow>, StoreError> {
-        self.with(move |connection| {
+        self.read(move |connection| {
             let mut conditions = Vec::new();
             let mut values: Vec<SqlValue> = Vec::new();
             if let Some(since) = query.since_ms {
@@ -104,16 +84,74 @@ impl SqliteStore {
     /// Deletes rows older than `before_ms`; returns how many went.
     pub async fn purge_log(&self, before_ms: i64) -> Result<usize, StoreError> {
         self.with(move |connection| {
-            Ok(connection.execute(
+            let tx = connection.transaction()?;
+            let purged = tx.execute(
                 "DELETE FROM request_log WHERE time_ms < ?1",
                 params![before_ms],
-            )?)
+            )?;
+            // A minute's rollup goes once the whole minute is past retention.
+            tx.execute(
+                "DELETE FROM log_rollup WHERE minute_ms < ?1",
+                params![before_ms - MINUTE_MS],
+            )?;
+            tx.commit()?;
+            Ok(purged)
         })
         .await
     }
 }
 
-fn read_row(row: &Row<'_>) -> rusqlite::Result<LogRow> {
+/// The rows the store does not hold yet, inserted and folded into the rollups.
+fn insert_rows(connection: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<usize> {
+    let tx = connection.transaction()?;
+    let mut rollups = Rollups::default();
+    let mut inserted = 0;
+    {
+        let mut insert = tx.prepare_cached(&format!(
+            "INSERT OR IGNORE INTO request_log ({COLUMNS})
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
+                     ?16, ?17, ?18, ?19, ?20)"
+        ))?;
+        for row in rows {
+            // Serialising plain strings and numbers cannot fail.
+            let attempts = serde_json::to_string(&row.attempts).unwrap_or_default();
+            let changed = insert.execute(params![
+                row.id,
+                row.time_ms,
+                row.key_id,
+                row.user,
+                row.route,
+                row.outcome,
+                row.step.map(|s| s as i64),
+                row.provider,
+                row.model,
+                attempts,
+                row.status,
+                row.latency_ms,
+                row.ttft_ms,
+                row.overhead_ms,
+                row.tokens_in.map(|t| t as i64),
+                row.tokens_out.map(|t| t as i64),
+                row.cost_usd,
+                row.stream,
+                row.partial,
+                row.error,
+            ])?;
+            // Only a row stored now counts: a replayed one is in the rollups already.
+            if changed == 1 {
+                rollups.add(row);
+                inserted += 1;
+            }
+        }
+    }
+    if !rollups.is_empty() {
+        rollup::merge(&tx, rollups)?;
+    }
+    tx.commit()?;
+    Ok(inserted)
+}
+
+pub(super) fn read_row(row: &Row<'_>) -> rusqlite::Result<LogRow> {
     let attempts: String = row.get(9)?;
     let count = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(|v| v as u64));
     Ok(LogRow {
@@ -208,5 +246,16 @@ mod tests {
         assert_eq!(ids, ["b", "c"]);
         assert_eq!(store.purge_log(2_500).await.unwrap(), 2);
         assert_eq!(store.count_log().await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn inserting_the_same_rows_twice_stores_each_once() {
+        // A replayed spill journal sends rows the store may already hold.
+        let store = SqliteStore::open_memory().await.unwrap();
+        let rows = vec![row("a", 1_000, "success"), row("b", 2_000, "fallback")];
+        assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 2);
+        let again = vec![rows[1].clone(), row("c", 3_000, "success")];
+        assert_eq!(store.insert_log(again).await.unwrap(), 1, "only c is new");
+        assert_eq!(store.count_log().await.unwrap(), 3);
     }
 }

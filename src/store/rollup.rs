@@ -1,0 +1,347 @@
+//! Per-minute rollups of the request log: what the scorecard reads instead of raw rows.
+//!
+//! The writer folds each batch into one [`Rollup`] per series (overall, each route, each
+//! provider/model) and minute, in the same transaction as the rows, so a scorecard reads at
+//! most one row per series and minute. Latencies go into a [`Sketch`]: counts in fixed
+//! log-scale buckets that merge by adding, so percentiles over any span of minutes come out
+//! of the merged buckets.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::request_log::LogRow;
+
+/// One minute, in milliseconds: a rollup's span.
+pub const MINUTE_MS: i64 = 60_000;
+
+/// Whose figures a rollup holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Series {
+    /// Every request.
+    Overall,
+    /// The requests of one route.
+    Route(String),
+    /// The requests that reached one provider/model upstream.
+    Deployment { provider: String, model: String },
+}
+
+/// Counts of one series over one minute (or, merged, over a window).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    pub requests: u64,
+    pub success: u64,
+    pub fallback: u64,
+    pub degraded: u64,
+    pub error: u64,
+    pub rejected: u64,
+    /// Upstream attempts (deployments only).
+    pub attempts: u64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub cost_usd: f64,
+}
+
+impl Counts {
+    fn outcome(&mut self, outcome: &str) {
+        self.requests += 1;
+        match outcome {
+            "success" => self.success += 1,
+            "fallback" => self.fallback += 1,
+            "degraded" => self.degraded += 1,
+            "rejected" => self.rejected += 1,
+            _ => self.error += 1,
+        }
+    }
+
+    /// Adds another span's counts.
+    pub fn merge(&mut self, other: &Counts) {
+        self.requests += other.requests;
+        self.success += other.success;
+        self.fallback += other.fallback;
+        self.degraded += other.degraded;
+        self.error += other.error;
+        self.rejected += other.rejected;
+        self.attempts += other.attempts;
+        self.tokens_in += other.tokens_in;
+        self.tokens_out += other.tokens_out;
+        self.cost_usd += other.cost_usd;
+    }
+}
+
+/// Smallest latency told apart, in ms; anything at or under it shares bucket 0.
+const SKETCH_MIN_MS: f64 = 0.01;
+/// Each bucket is 2 % wider than the one before: a value read back from its bucket's
+/// geometric middle is within 1 % of every sample in it.
+const SKETCH_GROWTH: f64 = 1.02;
+/// 0.01 ms × 1.02^1200 ≈ 2 × 10^8 ms: two days, past any request's deadline.
+const SKETCH_BUCKETS: u16 = 1200;
+
+/// Latency samples in fixed log-scale buckets, with the exact minimum and maximum.
+///
+/// A percentile read from it is within 1 % (relative) of the exact nearest-rank sample,
+/// and exact when every sample is the same value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sketch {
+    buckets: BTreeMap<u16, u64>,
+    count: u64,
+    min: f64,
+    max: f64,
+}
+
+impl Sketch {
+    /// Counts one sample, in milliseconds.
+    pub fn add(&mut self, ms: f64) {
+        let ms = if ms.is_finite() { ms.max(0.0) } else { 0.0 };
+        *self.buckets.entry(bucket(ms)).or_default() += 1;
+        self.min = if self.count == 0 {
+            ms
+        } else {
+            self.min.min(ms)
+        };
+        self.max = if self.count == 0 {
+            ms
+        } else {
+            self.max.max(ms)
+        };
+        self.count += 1;
+    }
+
+    /// Adds another sketch's samples.
+    pub fn merge(&mut self, other: &Sketch) {
+        if other.count == 0 {
+            return;
+        }
+        for (bucket, count) in &other.buckets {
+            *self.buckets.entry(*bucket).or_default() += count;
+        }
+        self.min = if self.count == 0 {
+            other.min
+        } else {
+            self.min.min(other.min)
+        };
+        self.max = if self.count == 0 {
+            other.max
+        } else {
+            self.max.max(other.max)
+        };
+        self.count += other.count;
+    }
+
+    /// How many samples it holds.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The nearest-rank `q` quantile (0..=1), read from its bucket; `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = ((q * self.count as f64).ceil() as u64).clamp(1, self.count);
+        let mut seen = 0;
+        for (bucket, count) in &self.buckets {
+            seen += count;
+            if seen >= rank {
+                return Some(middle(*bucket).clamp(self.min, self.max));
+            }
+        }
+        Some(self.max)
+    }
+
+    /// The stored form: min and max, then (bucket, count) pairs, little-endian.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(16 + self.buckets.len() * 10);
+        bytes.extend_from_slice(&self.min.to_le_bytes());
+        bytes.extend_from_slice(&self.max.to_le_bytes());
+        for (bucket, count) in &self.buckets {
+            bytes.extend_from_slice(&bucket.to_le_bytes());
+            bytes.extend_from_slice(&count.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// Reads [`Sketch::encode`]'s form; anything malformed reads as far as it is whole.
+    pub fn decode(bytes: &[u8]) -> Sketch {
+        let mut sketch = Sketch::default();
+        let (Some(min), Some(max)) = (f64_at(bytes, 0), f64_at(bytes, 8)) else {
+            return sketch;
+        };
+        for pair in bytes[16..].chunks_exact(10) {
+            let bucket = u16::from_le_bytes([pair[0], pair[1]]);
+            let mut count = [0u8; 8];
+            count.copy_from_slice(&pair[2..]);
+            let count = u64::from_le_bytes(count);
+            *sketch.buckets.entry(bucket).or_default() += count;
+            sketch.count += count;
+        }
+        sketch.min = min;
+        sketch.max = max;
+        sketch
+    }
+}
+
+fn f64_at(bytes: &[u8], at: usize) -> Option<f64> {
+    let slice = bytes.get(at..at + 8)?;
+    let mut array = [0u8; 8];
+    array.copy_from_slice(slice);
+    Some(f64::from_le_bytes(array))
+}
+
+fn bucket(ms: f64) -> u16 {
+    if ms <= SKETCH_MIN_MS {
+        return 0;
+    }
+    let index = ((ms / SKETCH_MIN_MS).ln() / SKETCH_GROWTH.ln()).floor() as i64 + 1;
+    index.clamp(1, i64::from(SKETCH_BUCKETS)) as u16
+}
+
+/// The geometric middle of a bucket: bucket i ≥ 1 spans [MIN·g^(i-1), MIN·g^i).
+fn middle(bucket: u16) -> f64 {
+    if bucket == 0 {
+        // Clamped to the minimum, which is in this bucket.
+        return 0.0;
+    }
+    SKETCH_MIN_MS * SKETCH_GROWTH.powf(f64::from(bucket) - 0.5)
+}
+
+/// One series' figures over one minute.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RollupData {
+    pub counts: Counts,
+    /// Request latency (overall and routes) or attempt latency (deployments).
+    pub latency: Sketch,
+    pub ttft: Sketch,
+}
+
+impl RollupData {
+    /// Adds another span's figures.
+    pub fn merge(&mut self, other: &RollupData) {
+        self.counts.merge(&other.counts);
+        self.latency.merge(&other.latency);
+        self.ttft.merge(&other.ttft);
+    }
+
+    /// Tokens, cost and TTFT of a request this series served.
+    fn served(&mut self, row: &LogRow) {
+        self.counts.tokens_in += row.tokens_in.unwrap_or(0);
+        self.counts.tokens_out += row.tokens_out.unwrap_or(0);
+        self.counts.cost_usd += row.cost_usd.unwrap_or(0.0);
+        if let Some(ttft) = row.ttft_ms {
+            self.ttft.add(ttft);
+        }
+    }
+}
+
+/// One series' rollup of one minute, as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rollup {
+    /// The minute's start, in epoch milliseconds.
+    pub minute_ms: i64,
+    pub series: Series,
+    pub data: RollupData,
+}
+
+/// Rows folded into rollups, one per series and minute.
+#[derive(Default)]
+pub struct Rollups(HashMap<(Series, i64), RollupData>);
+
+impl Rollups {
+    /// Folds one row into its minute's rollups.
+    ///
+    /// A provider/model counts each request that reached it upstream once, by the request's
+    /// outcome; its latency is that of its own attempts, its TTFT, tokens and cost those of
+    /// the requests it served.
+    pub fn add(&mut self, row: &LogRow) {
+        let minute_ms = row.time_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+        for series in [Some(Series::Overall), row.route.clone().map(Series::Route)]
+            .into_iter()
+            .flatten()
+        {
+            let data = self.0.entry((series, minute_ms)).or_default();
+            data.counts.outcome(&row.outcome);
+            data.latency.add(row.latency_ms);
+            data.served(row);
+        }
+        let mut reached: Vec<(&str, &str)> = Vec::new();
+        for attempt in row.attempts.iter().filter(|a| a.reached_upstream) {
+            let key = (attempt.provider.as_str(), attempt.model.as_str());
+            if !reached.contains(&key) {
+                reached.push(key);
+            }
+        }
+        for (provider, model) in reached {
+            let series = Series::Deployment {
+                provider: provider.to_owned(),
+                model: model.to_owned(),
+            };
+            let data = self.0.entry((series, minute_ms)).or_default();
+            data.counts.outcome(&row.outcome);
+            for attempt in row
+                .attempts
+                .iter()
+                .filter(|a| a.reached_upstream && a.provider == provider && a.model == model)
+            {
+                data.counts.attempts += 1;
+                data.latency.add(attempt.latency_ms);
+            }
+            if row.provider.as_deref() == Some(provider) && row.model.as_deref() == Some(model) {
+                data.served(row);
+            }
+        }
+    }
+
+    /// Whether nothing was folded in.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The rollups, in no particular order.
+    pub fn into_rollups(self) -> impl Iterator<Item = Rollup> {
+        self.0
+            .into_iter()
+            .map(|((series, minute_ms), data)| Rollup {
+                minute_ms,
+                series,
+                data,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_within_one_percent_of_nearest_rank() {
+        let mut sketch = Sketch::default();
+        let samples: Vec<f64> = (1..=10_000).map(|i| f64::from(i) * 0.37).collect();
+        for s in &samples {
+            sketch.add(*s);
+        }
+        for q in [0.5, 0.95, 0.99] {
+            let exact = samples[(q * samples.len() as f64).ceil() as usize - 1];
+            let read = sketch.quantile(q).unwrap();
+            assert!(
+                (read - exact).abs() <= exact * 0.01,
+                "q{q}: {read} vs {exact}"
+            );
+        }
+        let mut one = Sketch::default();
+        one.add(7.0);
+        assert_eq!(one.quantile(0.5), Some(7.0));
+    }
+
+    #[test]
+    fn sketches_merge_and_round_trip() {
+        let (mut a, mut b) = (Sketch::default(), Sketch::default());
+        for i in 0..100 {
+            a.add(f64::from(i));
+            b.add(f64::from(i) * 1000.0);
+        }
+        let mut merged = a.clone();
+        merged.merge(&b);
+        assert_eq!(merged.count(), 200);
+        assert_eq!(Sketch::decode(&merged.encode()), merged);
+        assert_eq!(merged.quantile(1.0), Some(99_000.0));
+        assert_eq!(merged.quantile(0.0), Some(0.0));
+    }
+}

@@ -1,0 +1,323 @@
+//! The request log's per-minute rollups in SQLite: merged in by the writer's transaction,
+//! read by the scorecard through the read connection.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+
+use super::SqliteStore;
+use super::request_log::{COLUMNS, read_row};
+use crate::store::StoreError;
+use crate::store::rollup::{Counts, MINUTE_MS, Rollup, RollupData, Rollups, Series, Sketch};
+
+/// How far back a new rollup table is filled from existing rows: the scorecard's longest
+/// window, and a minute more.
+const BACKFILL_MS: i64 = 24 * 3_600_000 + MINUTE_MS;
+
+const ROLLUP_COLUMNS: &str = "minute_ms, kind, name, model, requests, success, fallback, degraded,
+     error, rejected, attempts, tokens_in, tokens_out, cost_usd, latency, ttft";
+
+/// The stored key of a series: its kind, then its names (empty when it has none).
+fn key(series: &Series) -> (i64, &str, &str) {
+    match series {
+        Series::Overall => (0, "", ""),
+        Series::Route(route) => (1, route, ""),
+        Series::Deployment { provider, model } => (2, provider, model),
+    }
+}
+
+fn series(kind: i64, name: String, model: String) -> Series {
+    match kind {
+        0 => Series::Overall,
+        1 => Series::Route(name),
+        _ => Series::Deployment {
+            provider: name,
+            model,
+        },
+    }
+}
+
+/// Merges `rollups` into the table, inside the caller's transaction.
+pub(super) fn merge(tx: &Transaction<'_>, rollups: Rollups) -> rusqlite::Result<()> {
+    let mut select = tx.prepare_cached(&format!(
+        "SELECT {ROLLUP_COLUMNS} FROM log_rollup
+         WHERE kind = ?1 AND name = ?2 AND model = ?3 AND minute_ms = ?4"
+    ))?;
+    let mut upsert = tx.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO log_rollup ({ROLLUP_COLUMNS})
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+    ))?;
+    for mut rollup in rollups.into_rollups() {
+        let (kind, name, model) = key(&rollup.series);
+        let stored = select
+            .query_row(params![kind, name, model, rollup.minute_ms], read_rollup)
+            .optional()?;
+        if let Some(stored) = stored {
+            rollup.data.merge(&stored.data);
+        }
+        let c = &rollup.data.counts;
+        let count = |n: u64| n as i64;
+        upsert.execute(params![
+            rollup.minute_ms,
+            kind,
+            name,
+            model,
+            count(c.requests),
+            count(c.success),
+            count(c.fallback),
+            count(c.degraded),
+            count(c.error),
+            count(c.rejected),
+            count(c.attempts),
+            count(c.tokens_in),
+            count(c.tokens_out),
+            c.cost_usd,
+            rollup.data.latency.encode(),
+            rollup.data.ttft.encode(),
+        ])?;
+    }
+    Ok(())
+}
+
+fn read_rollup(row: &rusqlite::Row<'_>) -> rusqlite::Result<Rollup> {
+    let count = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
+    let latency: Vec<u8> = row.get(14)?;
+    let ttft: Vec<u8> = row.get(15)?;
+    Ok(Rollup {
+        minute_ms: row.get(0)?,
+        series: series(row.get(1)?, row.get(2)?, row.get(3)?),
+        data: RollupData {
+            counts: Counts {
+                requests: count(4)?,
+                success: count(5)?,
+                fallback: count(6)?,
+                degraded: count(7)?,
+                error: count(8)?,
+                rejected: count(9)?,
+                attempts: count(10)?,
+                tokens_in: count(11)?,
+                tokens_out: count(12)?,
+                cost_usd: row.get(13)?,
+            },
+            latency: Sketch::decode(&latency),
+            ttft: Sketch::decode(&ttft),
+        },
+    })
+}
+
+/// Fills a new rollup table from the last day of rows already in the log.
+pub(super) fn backfill(connection: &mut Connection, now_ms: i64) -> rusqlite::Result<()> {
+    let tx = connection.transaction()?;
+    let mut rollups = Rollups::default();
+    {
+        let mut statement = tx.prepare(&format!(
+            "SELECT {COLUMNS} FROM request_log WHERE time_ms >= ?1"
+        ))?;
+        let mut rows = statement.query(params![now_ms - BACKFILL_MS])?;
+        while let Some(row) = rows.next()? {
+            rollups.add(&read_row(row)?);
+        }
+    }
+    merge(&tx, rollups)?;
+    tx.commit()
+}
+
+impl SqliteStore {
+    /// Feeds every rollup of a minute that starts after `after_ms` to `fold`, on the read
+    /// connection, so a long read never holds up the writer.
+    pub async fn fold_rollups<A: Send + 'static>(
+        &self,
+        after_ms: i64,
+        mut state: A,
+        fold: impl Fn(&mut A, Rollup) + Send + 'static,
+    ) -> Result<A, StoreError> {
+        self.read(move |connection| {
+            let mut statement = connection.prepare_cached(&format!(
+                "SELECT {ROLLUP_COLUMNS} FROM log_rollup WHERE minute_ms > ?1"
+            ))?;
+            let mut rows = statement.query(params![after_ms])?;
+            while let Some(row) = rows.next()? {
+                fold(&mut state, read_rollup(row)?);
+            }
+            Ok(state)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, mpsc};
+    use std::time::Duration;
+
+    use crate::store::now_ms;
+    use crate::store::request_log::{LogAttempt, LogRow};
+    use crate::store::rollup::{Rollup, Series};
+    use crate::store::sqlite::SqliteStore;
+
+    fn row(i: usize, time_ms: i64) -> LogRow {
+        let provider = ["p0", "p1", "p2"][i % 3];
+        LogRow {
+            id: format!("row-{i}"),
+            time_ms,
+            key_id: None,
+            user: None,
+            route: Some(["r0", "r1"][i % 2].into()),
+            outcome: "success".into(),
+            step: Some(0),
+            provider: Some(provider.into()),
+            model: Some("m".into()),
+            attempts: vec![LogAttempt {
+                step: 0,
+                provider: provider.into(),
+                model: "m".into(),
+                failure: None,
+                status: Some(200),
+                latency_ms: (i % 1000) as f64,
+                reached_upstream: true,
+            }],
+            status: 200,
+            latency_ms: (i % 1000) as f64,
+            ttft_ms: None,
+            overhead_ms: 0.1,
+            tokens_in: Some(1),
+            tokens_out: Some(1),
+            cost_usd: None,
+            stream: false,
+            partial: false,
+            error: None,
+        }
+    }
+
+    fn temp_db() -> String {
+        let path =
+            std::env::temp_dir().join(format!("switchyard-rollup-{}.db", uuid::Uuid::now_v7()));
+        path.to_string_lossy().into_owned()
+    }
+
+    fn remove(path: &str) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_day_of_300k_rows_is_read_as_at_most_1440_rollups_a_series() {
+        let store = SqliteStore::open_memory().await.unwrap();
+        let now = now_ms();
+        let count = 300_000;
+        let day = 86_400_000;
+        for chunk in (0..count).collect::<Vec<_>>().chunks(20_000) {
+            let rows: Vec<LogRow> = chunk
+                .iter()
+                .map(|&i| row(i, now - (i as i64 * day) / count as i64))
+                .collect();
+            store.insert_log(rows).await.unwrap();
+        }
+        let after = now - day;
+        let (per_series, requests) = store
+            .fold_rollups(
+                after,
+                (HashMap::<Series, usize>::new(), 0u64),
+                |(per_series, requests), rollup: Rollup| {
+                    *per_series.entry(rollup.series.clone()).or_default() += 1;
+                    if rollup.series == Series::Overall {
+                        *requests += rollup.data.counts.requests;
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        // Overall, two routes and three deployments, each at most one rollup a minute.
+        assert_eq!(per_series.len(), 6, "{per_series:?}");
+        for (series, rows) in &per_series {
+            assert!(*rows <= 1440, "{series:?}: {rows} rollups read");
+        }
+        // Everything but the oldest minute, which starts before the window.
+        assert!(requests > count as u64 - 300, "{requests}");
+        let all = store
+            .fold_rollups(0, 0u64, |n, rollup: Rollup| {
+                if rollup.series == Series::Overall {
+                    *n += rollup.data.counts.requests;
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(all, count as u64, "every row is in the rollups once");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_scorecard_read_does_not_hold_up_the_writer() {
+        let path = temp_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.insert_log(vec![row(0, now_ms())]).await.unwrap();
+        let (entered, inside) = mpsc::channel::<()>();
+        let (release, released) = mpsc::channel::<()>();
+        let gate = Arc::new(Mutex::new((entered, released)));
+        let reader = store.clone();
+        // A read that stays in the middle of its rows until the test lets it go.
+        let read = tokio::spawn(async move {
+            reader
+                .fold_rollups(0, (), move |_, _| {
+                    let gate = gate.lock().unwrap();
+                    let _ = gate.0.send(());
+                    let _ = gate.1.recv();
+                })
+                .await
+                .unwrap()
+        });
+        tokio::task::spawn_blocking(move || inside.recv_timeout(Duration::from_secs(10)))
+            .await
+            .unwrap()
+            .expect("the read is under way");
+        let write = store.insert_log(vec![row(1, now_ms())]);
+        let written = tokio::time::timeout(Duration::from_secs(10), write).await;
+        // Dropped, not just sent to: the read's later rollups go through without waiting.
+        release.send(()).unwrap();
+        drop(release);
+        read.await.unwrap();
+        assert_eq!(written.expect("the write is not held up").unwrap(), 1);
+        remove(&path);
+    }
+
+    #[tokio::test]
+    async fn a_replayed_row_is_not_counted_twice_in_the_rollups() {
+        let store = SqliteStore::open_memory().await.unwrap();
+        let rows = vec![row(0, now_ms()), row(1, now_ms())];
+        store.insert_log(rows.clone()).await.unwrap();
+        store.insert_log(rows).await.unwrap();
+        let requests = store
+            .fold_rollups(0, 0u64, |n, rollup: Rollup| {
+                if rollup.series == Series::Overall {
+                    *n += rollup.data.counts.requests;
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(requests, 2);
+    }
+
+    #[tokio::test]
+    async fn a_store_from_before_the_rollups_is_backfilled() {
+        let path = temp_db();
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.insert_log(vec![row(0, now_ms())]).await.unwrap();
+        drop(store);
+        // As an older version left it: no rollup table, rows in the log.
+        let connection = rusqlite::Connection::open(&path).unwrap();
+        connection
+            .execute_batch("DROP TABLE log_rollup; PRAGMA user_version = 3;")
+            .unwrap();
+        drop(connection);
+        let store = SqliteStore::open(&path).await.unwrap();
+        let requests = store
+            .fold_rollups(0, 0u64, |n, rollup: Rollup| {
+                if rollup.series == Series::Overall {
+                    *n += rollup.data.counts.requests;
+                }
+            })
+            .await
+            .unwrap();
+        assert_eq!(requests, 1);
+        remove(&path);
+    }
+}
