@@ -591,6 +591,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
             "error": store_problem,
         },
         "log": log,
+        // Provider-key rows that do not decrypt are skipped; the rest keep reloading.
+        "keys": { "unreadable_rows": state.keys.unreadable_rows() },
     }));
     // Fail-closed limits (or a full log that refuses) refuse every request, so a load
     // balancer should look elsewhere.

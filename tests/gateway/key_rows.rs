@@ -121,6 +121,15 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
             .any(|l| l == "switchyard_provider_keys_unreadable 1"),
         "{metrics}"
     );
+    let ready: serde_json::Value = client()
+        .get(format!("{}/readyz", gateway.url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["keys"]["unreadable_rows"], 1, "{ready}");
 }
 
 #[tokio::test]

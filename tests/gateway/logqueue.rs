@@ -169,7 +169,7 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
     let db = TempDb::new("outage");
     let mut gateway = Spawned::start(
         &format!(
-            "[auth]\nrequired = false\n[store]\nurl = \"{}\"\n{}{}",
+            "[auth]\nrequired = false\n[store]\nurl = \"{}\"\n{}{}{OBSERVABILITY}",
             db.url(),
             provider("up", &fake),
             route("r", &[("up", "m")], "")
@@ -271,6 +271,7 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
     // The outage was real: rows went to the journal, and all of them came back from it.
     let metrics = client()
         .get(format!("{}/metrics", gateway.url))
+        .bearer_auth(METRICS_TOKEN)
         .send()
         .await
         .unwrap()
@@ -304,7 +305,7 @@ async fn full_log(
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let db = TempDb::new(&format!("full-{when_full}"));
     let gateway = gateway(&format!(
-        "[store]\nurl = \"{}\"\n[log]\nqueue_records = 4\nspill_bytes = 0\nwhen_full = \"{when_full}\"\n{}{}",
+        "[store]\nurl = \"{}\"\n[log]\nqueue_records = 4\nspill_bytes = 0\nwhen_full = \"{when_full}\"\n{}{}{OBSERVABILITY}",
         db.url(),
         provider("up", &fake),
         route("r", &[("up", "m")], "")
@@ -420,6 +421,7 @@ async fn a_full_log_in_drop_mode_serves_requests_and_counts_each_dropped_record(
     assert_eq!(gateway.store().count_log().await.unwrap(), kept);
     let metrics = client()
         .get(format!("{}/metrics", gateway.url()))
+        .bearer_auth(METRICS_TOKEN)
         .send()
         .await
         .unwrap()

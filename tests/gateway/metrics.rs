@@ -50,6 +50,9 @@ pub async fn scrape(gateway: &Gateway) -> String {
     response.text().await.expect("a text body")
 }
 
+/// Auth off and any direct name allowed, so every label path sees what clients chose.
+const OPEN_DIRECT_NAMES: &str = "[admin]\nmetrics_token = \"test-metrics-token\"\n[auth]\nrequired = false\ndirect_models = true\n";
+
 /// One provider `up` with route `r` over `up/m`, priced so cost is counted too.
 async fn one_provider() -> (switchyard::fake::FakeHandle, Gateway) {
     let fake = FakeUpstream::new("up").start().await.unwrap();
@@ -58,8 +61,7 @@ async fn one_provider() -> (switchyard::fake::FakeHandle, Gateway) {
          [[prices]]\nprovider = \"up\"\nmodel = \"priced-only\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n{}",
         provider("up", &fake),
         route("r", &[("up", "m")], ""),
-        // Any direct name reaches the upstream, so every label path sees client strings.
-        format!("{OBSERVABILITY}[auth]\nrequired = false\ndirect_models = true\n"),
+        OPEN_DIRECT_NAMES,
     ))
     .await;
     (fake, gateway)
