@@ -25,6 +25,7 @@ mod gateway {
     mod passthrough;
     mod readme;
     mod redis_faults;
+    mod scorecard_truth;
     mod secrets;
     mod stream_ends;
     mod streaming;

@@ -33,6 +33,9 @@ pub struct Counts {
     pub degraded: u64,
     pub error: u64,
     pub rejected: u64,
+    /// Requests that failed through the client's own fault (a 4xx other than 429: a bad
+    /// body, an unknown model, a refused key, a body too large, a client that went away).
+    pub client_error: u64,
     /// Upstream attempts (deployments only).
     pub attempts: u64,
     pub tokens_in: u64,
@@ -41,13 +44,14 @@ pub struct Counts {
 }
 
 impl Counts {
-    fn outcome(&mut self, outcome: &str) {
+    fn outcome(&mut self, outcome: &str, status: u16) {
         self.requests += 1;
         match outcome {
             "success" => self.success += 1,
             "fallback" => self.fallback += 1,
             "degraded" => self.degraded += 1,
             "rejected" => self.rejected += 1,
+            _ if is_client_error(status) => self.client_error += 1,
             _ => self.error += 1,
         }
     }
@@ -60,11 +64,18 @@ impl Counts {
         self.degraded += other.degraded;
         self.error += other.error;
         self.rejected += other.rejected;
+        self.client_error += other.client_error;
         self.attempts += other.attempts;
         self.tokens_in += other.tokens_in;
         self.tokens_out += other.tokens_out;
         self.cost_usd += other.cost_usd;
     }
+}
+
+/// Whether a failed request's status puts the fault on the client: any 4xx but a 429, which
+/// an upstream's rate limit can cause.
+fn is_client_error(status: u16) -> bool {
+    (400..500).contains(&status) && status != 429
 }
 
 /// Smallest latency told apart, in ms; anything at or under it shares bucket 0.
@@ -247,9 +258,11 @@ pub struct Rollups(HashMap<(Series, i64), RollupData>);
 impl Rollups {
     /// Folds one row into its minute's rollups.
     ///
-    /// A provider/model counts each request that reached it upstream once, by the request's
-    /// outcome; its latency is that of its own attempts, its TTFT, tokens and cost those of
-    /// the requests it served.
+    /// A provider/model counts each request that reached it upstream once, by what it did
+    /// for that request: `success` when it served it (even as a fallback step), `fallback`
+    /// when it failed and a later step served, else the request's outcome. So a fallback is
+    /// the failing step's and the route's, never the rescuer's. Its latency is that of its
+    /// own attempts, its TTFT, tokens and cost those of the requests it served.
     pub fn add(&mut self, row: &LogRow) {
         let minute_ms = row.time_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
         for series in [Some(Series::Overall), row.route.clone().map(Series::Route)]
@@ -257,7 +270,7 @@ impl Rollups {
             .flatten()
         {
             let data = self.0.entry((series, minute_ms)).or_default();
-            data.counts.outcome(&row.outcome);
+            data.counts.outcome(&row.outcome, row.status);
             data.latency.add(row.latency_ms);
             data.served(row);
         }
@@ -273,8 +286,16 @@ impl Rollups {
                 provider: provider.to_owned(),
                 model: model.to_owned(),
             };
+            let served_here =
+                row.provider.as_deref() == Some(provider) && row.model.as_deref() == Some(model);
+            let answered = matches!(row.outcome.as_str(), "success" | "fallback");
+            let outcome = match (answered, served_here) {
+                (true, true) => "success",
+                (true, false) => "fallback",
+                (false, _) => row.outcome.as_str(),
+            };
             let data = self.0.entry((series, minute_ms)).or_default();
-            data.counts.outcome(&row.outcome);
+            data.counts.outcome(outcome, row.status);
             for attempt in row
                 .attempts
                 .iter()
@@ -283,7 +304,7 @@ impl Rollups {
                 data.counts.attempts += 1;
                 data.latency.add(attempt.latency_ms);
             }
-            if row.provider.as_deref() == Some(provider) && row.model.as_deref() == Some(model) {
+            if served_here {
                 data.served(row);
             }
         }

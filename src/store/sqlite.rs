@@ -80,6 +80,7 @@ const MIGRATIONS: &[&str] = &[
          degraded INTEGER NOT NULL,
          error INTEGER NOT NULL,
          rejected INTEGER NOT NULL,
+         client_error INTEGER NOT NULL,
          attempts INTEGER NOT NULL,
          tokens_in INTEGER NOT NULL,
          tokens_out INTEGER NOT NULL,

@@ -2,15 +2,19 @@
 //! computed from the store's per-minute rollups of the request log, so a restart loses none
 //! of it and a call reads at most 1,440 rows a series, however busy the day was.
 //!
-//! Rates (success, fallback, degraded, error) and availability are over the requests that were
-//! not rejected: a 401 or a 429 says nothing about the providers. Availability is
-//! `(success + fallback) / not rejected`. Windows are whole minutes: the 5 m window is the
+//! Rates (success, fallback, degraded, error) and availability are over the requests the
+//! gateway and its providers answered for: not those rejected by auth or the gateway's own
+//! limits (401, 429), nor client errors (another 4xx: a bad body, an unknown model, a body
+//! too large), which are counted apart as `client_error`. Availability is
+//! `(success + fallback) / (requests - rejected - client_error)`. Windows are whole minutes: the 5 m window is the
 //! current minute and the four before it. Percentiles are nearest-rank over the window's
 //! merged latency sketches: within 1 % of the exact sample (see [`Sketch`]).
 //!
-//! A provider/model's card counts each request that reached it upstream once, by the
-//! request's outcome (so a primary that keeps failing shows a high fallback rate); its latency
-//! is that of its own attempts, its TTFT and cost those of the requests it served.
+//! A provider/model's card counts each request that reached it upstream once, by what it did:
+//! `success` when it served (even as a fallback step), `fallback` when it failed and a later
+//! step served. So a primary that keeps failing shows a high fallback rate, and the healthy
+//! step that rescued it does not. Its latency is that of its own attempts, its TTFT and cost
+//! those of the requests it served.
 
 use std::collections::BTreeMap;
 
@@ -36,7 +40,7 @@ pub struct Scorecard {
     pub deployments: Vec<DeploymentCard>,
     /// Requests per minute by outcome over the last hour, oldest first.
     pub series: Vec<SeriesPoint>,
-    /// The alert flags raised in any window, for a quick look.
+    /// The alerts raised: one per condition, with the windows in which it holds.
     pub alerts: Vec<Alert>,
 }
 
@@ -93,6 +97,8 @@ pub struct Stats {
     pub degraded: u64,
     pub error: u64,
     pub rejected: u64,
+    /// Failed through the client's own fault (a 4xx other than 429); not in the rates.
+    pub client_error: u64,
     pub success_rate: f64,
     pub fallback_rate: f64,
     pub degraded_rate: f64,
@@ -124,17 +130,24 @@ pub struct AlertFlags {
     pub fallback_rate_above_max: bool,
 }
 
-/// A raised flag, named.
+/// A raised condition of one group, with every window in which it holds.
 #[derive(Clone, Debug, Serialize)]
 pub struct Alert {
     /// `overall`, `route` or `deployment`.
     pub scope: &'static str,
     pub name: String,
-    pub window: &'static str,
     /// `availability_below_target` or `fallback_rate_above_max`.
     pub alert: &'static str,
-    pub value: f64,
     pub threshold: f64,
+    /// The windows in which it holds, shortest first, each with its value.
+    pub windows: Vec<AlertWindow>,
+}
+
+/// The value that raised an alert in one window.
+#[derive(Clone, Debug, Serialize)]
+pub struct AlertWindow {
+    pub window: &'static str,
+    pub value: f64,
 }
 
 /// One minute of the series.
@@ -146,6 +159,7 @@ pub struct SeriesPoint {
     pub degraded: u64,
     pub error: u64,
     pub rejected: u64,
+    pub client_error: u64,
 }
 
 /// One group's figures in one window, as merged so far.
@@ -166,6 +180,7 @@ impl Tally {
             degraded: c.degraded,
             error: c.error,
             rejected: c.rejected,
+            client_error: c.client_error,
             attempts: c.attempts,
             tokens_in: c.tokens_in,
             tokens_out: c.tokens_out,
@@ -174,7 +189,7 @@ impl Tally {
             ttft_ms: percentiles(&ttft),
             ..Stats::default()
         };
-        let judged = s.requests - s.rejected;
+        let judged = s.requests - s.rejected - s.client_error;
         if judged > 0 {
             let rate = |n: u64| n as f64 / judged as f64;
             s.success_rate = rate(s.success);
@@ -275,6 +290,7 @@ impl Builder {
                 point.degraded += data.counts.degraded;
                 point.rejected += data.counts.rejected;
                 point.error += data.counts.error;
+                point.client_error += data.counts.client_error;
             }
         }
         let tallies = match series {
@@ -396,25 +412,32 @@ fn collect_alerts(
         ("1h", &windows.one_hour),
         ("24h", &windows.one_day),
     ];
-    for (window, stats) in each {
-        if stats.alerts.availability_below_target {
+    let conditions: [(&'static str, f64, fn(&Stats) -> Option<f64>); 2] = [
+        (
+            "availability_below_target",
+            alerts.availability_target,
+            |s| {
+                s.alerts
+                    .availability_below_target
+                    .then(|| s.availability.unwrap_or(0.0))
+            },
+        ),
+        ("fallback_rate_above_max", alerts.fallback_rate_max, |s| {
+            s.alerts.fallback_rate_above_max.then_some(s.fallback_rate)
+        }),
+    ];
+    for (alert, threshold, holds) in conditions {
+        let held: Vec<AlertWindow> = each
+            .iter()
+            .filter_map(|(window, stats)| holds(stats).map(|value| AlertWindow { window, value }))
+            .collect();
+        if !held.is_empty() {
             raised.push(Alert {
                 scope,
                 name: name.to_owned(),
-                window,
-                alert: "availability_below_target",
-                value: stats.availability.unwrap_or(0.0),
-                threshold: alerts.availability_target,
-            });
-        }
-        if stats.alerts.fallback_rate_above_max {
-            raised.push(Alert {
-                scope,
-                name: name.to_owned(),
-                window,
-                alert: "fallback_rate_above_max",
-                value: stats.fallback_rate,
-                threshold: alerts.fallback_rate_max,
+                alert,
+                threshold,
+                windows: held,
             });
         }
     }

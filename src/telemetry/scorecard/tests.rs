@@ -129,11 +129,52 @@ fn deployments_count_the_requests_that_reached_them() {
     assert_eq!(b.windows.five_minutes.requests, 1);
     assert_eq!(b.windows.five_minutes.latency_ms.p50, Some(30.0));
     assert!((b.windows.five_minutes.cost_usd - 0.001).abs() < 1e-12);
+    // The fallback is a's failure; b, which rescued the request, served it.
+    assert_eq!(b.windows.five_minutes.success, 1);
+    assert_eq!(b.windows.five_minutes.fallback_rate, 0.0);
+    let flagged: Vec<&Alert> = card
+        .alerts
+        .iter()
+        .filter(|a| a.scope == "deployment" && a.alert == "fallback_rate_above_max")
+        .collect();
+    assert_eq!(flagged.len(), 1, "{flagged:?}");
+    assert_eq!(flagged[0].name, "a/m");
+    // One alert for the condition, naming each window in which it holds.
+    let windows: Vec<&str> = flagged[0].windows.iter().map(|w| w.window).collect();
+    assert_eq!(windows, ["5m", "1h", "24h"]);
+}
+
+#[test]
+fn client_errors_do_not_lower_availability() {
+    let mut rows = vec![row(1_000, "success", 10.0)];
+    for (i, status) in [400, 401, 403, 404, 413, 499].into_iter().enumerate() {
+        for j in 0..50 {
+            let mut refused = row(1_000, "error", 0.1);
+            refused.id = format!("client-{i}-{j}");
+            refused.status = status;
+            refused.attempts.clear();
+            refused.provider = None;
+            refused.model = None;
+            rows.push(refused);
+        }
+    }
+    let card = compute(rolled(&rows), NOW, &LiveState::default(), &ALERTS);
+    let five = &card.overall.five_minutes;
+    assert_eq!(five.client_error, 300);
+    assert_eq!(five.error, 0);
+    assert_eq!(five.availability, Some(1.0));
     assert!(
-        card.alerts
+        !card
+            .alerts
             .iter()
-            .any(|a| a.scope == "deployment" && a.alert == "fallback_rate_above_max")
+            .any(|a| a.alert == "availability_below_target")
     );
+    // A 5xx is the gateway's or a provider's, and still counts.
+    let mut failed = row(1_000, "error", 1.0);
+    failed.status = 503;
+    rows.push(failed);
+    let card = compute(rolled(&rows), NOW, &LiveState::default(), &ALERTS);
+    assert_eq!(card.overall.five_minutes.availability, Some(0.5));
 }
 
 #[test]
