@@ -1,5 +1,6 @@
 //! Virtual keys and exact per-user limits, in memory and in a real Redis.
 
+use std::future::Future;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -56,6 +57,29 @@ async fn send(
         .unwrap()
 }
 
+/// Runs `round` until one run falls inside a single calendar minute, with a second's margin
+/// either side. A fixed window resets on the minute, so a run that
+/// straddles it may rightly admit more; each run gets its attempt number, for fresh users.
+async fn within_a_minute<T, F: Future<Output = T>>(mut round: impl FnMut(usize) -> F) -> T {
+    let epoch_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis()
+    };
+    // A run lasts well under a second, so a few in a row clear the two seconds around a
+    // boundary; the bound only stops a run that always lasts longer than a minute.
+    const RUNS: usize = 40;
+    for attempt in 0..RUNS {
+        let start = epoch_ms();
+        let result = round(attempt).await;
+        if (start - 1000) / 60_000 == (epoch_ms() + 1000) / 60_000 {
+            return result;
+        }
+    }
+    panic!("{RUNS} runs in a row straddled a minute boundary")
+}
+
 fn limited_config(fake: &FakeHandle, extra: &str) -> String {
     format!(
         "[auth]\nrequired = true\n{ROLES}{}{}{extra}",
@@ -84,12 +108,15 @@ async fn the_seeds_test_exactly_20_of_25_concurrent_requests_50_times() {
     let gateway = gateway(&limited_config(&fake, "")).await;
     let client = client();
     for round in 0..50 {
-        let key = key(&gateway, &format!("user-{round}")).await;
-        assert_eq!(
-            burst(&client, &[&gateway], &key).await,
-            (20, 5),
-            "round {round}"
-        );
+        let admitted = within_a_minute(|attempt| {
+            let (gateway, client) = (&gateway, &client);
+            async move {
+                let key = key(gateway, &format!("user-{round}-{attempt}")).await;
+                burst(client, &[gateway], &key).await
+            }
+        })
+        .await;
+        assert_eq!(admitted, (20, 5), "round {round}");
     }
 }
 
@@ -98,15 +125,26 @@ async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = gateway(&limited_config(&fake, "")).await;
     let client = client();
-    let key = key(&gateway, "ana").await;
-    let first = send(&client, &gateway, &key, "smart").await;
+    let (first, statuses, refused, user, calls_before) = within_a_minute(|attempt| {
+        let (gateway, client, fake) = (&gateway, &client, &fake);
+        async move {
+            let user = format!("ana-{attempt}");
+            let key = key(gateway, &user).await;
+            let calls_before = fake.calls();
+            let first = send(client, gateway, &key, "smart").await;
+            let mut statuses = Vec::new();
+            for _ in 0..19 {
+                statuses.push(send(client, gateway, &key, "smart").await.status());
+            }
+            let refused = send(client, gateway, &key, "smart").await;
+            (first, statuses, refused, user, calls_before)
+        }
+    })
+    .await;
     assert_eq!(header(&first, "x-ratelimit-limit-requests"), "20");
     assert_eq!(header(&first, "x-ratelimit-remaining-requests"), "19");
     assert!(!header(&first, "x-ratelimit-reset-requests").is_empty());
-    for _ in 0..19 {
-        assert_eq!(send(&client, &gateway, &key, "smart").await.status(), 200);
-    }
-    let refused = send(&client, &gateway, &key, "smart").await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert_eq!(refused.status(), 429);
     let retry_after: u64 = header(&refused, "retry-after").parse().unwrap();
     assert!((1..=60).contains(&retry_after));
@@ -117,8 +155,8 @@ async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
     assert_eq!(body["error"]["type"], "rate_limit_error");
     let row = record(&gateway, &id).await;
     assert_eq!(row.outcome.as_str(), "rejected");
-    assert_eq!(row.user.as_deref(), Some("ana"));
-    assert_eq!(fake.calls(), 20);
+    assert_eq!(row.user.as_deref(), Some(user.as_str()));
+    assert_eq!(fake.calls() - calls_before, 20);
 }
 
 #[tokio::test]
@@ -126,9 +164,18 @@ async fn another_user_is_unaffected() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = gateway(&limited_config(&fake, "")).await;
     let client = client();
-    let (ana, bo) = (key(&gateway, "ana").await, key(&gateway, "bo").await);
-    assert_eq!(burst(&client, &[&gateway], &ana).await, (20, 5));
-    assert_eq!(send(&client, &gateway, &bo, "smart").await.status(), 200);
+    let (admitted, other) = within_a_minute(|attempt| {
+        let (gateway, client) = (&gateway, &client);
+        async move {
+            let ana = key(gateway, &format!("ana-{attempt}")).await;
+            let bo = key(gateway, &format!("bo-{attempt}")).await;
+            let admitted = burst(client, &[gateway], &ana).await;
+            (admitted, send(client, gateway, &bo, "smart").await.status())
+        }
+    })
+    .await;
+    assert_eq!(admitted, (20, 5));
+    assert_eq!(other, 200);
 }
 
 #[tokio::test]
@@ -146,14 +193,20 @@ async fn tokens_per_minute_refuse_once_the_answers_used_them() {
     );
     let gateway = gateway(&config).await;
     let client = client();
-    let key = key(&gateway, "ana").await;
-    // Each answer uses 5 completion tokens plus its prompt's.
-    let first = send(&client, &gateway, &key, "smart").await;
+    let (first, third) = within_a_minute(|attempt| {
+        let (gateway, client) = (&gateway, &client);
+        async move {
+            let key = key(gateway, &format!("ana-{attempt}")).await;
+            // Each answer uses 5 completion tokens plus its prompt's.
+            let first = send(client, gateway, &key, "smart").await;
+            record(gateway, header(&first, "x-switchyard-request-id")).await;
+            let second = send(client, gateway, &key, "smart").await;
+            record(gateway, header(&second, "x-switchyard-request-id")).await;
+            (first, send(client, gateway, &key, "smart").await)
+        }
+    })
+    .await;
     assert_eq!(header(&first, "x-ratelimit-limit-tokens"), "10");
-    record(&gateway, header(&first, "x-switchyard-request-id")).await;
-    let second = send(&client, &gateway, &key, "smart").await;
-    record(&gateway, header(&second, "x-switchyard-request-id")).await;
-    let third = send(&client, &gateway, &key, "smart").await;
     assert_eq!(third.status(), 429);
     let body: Value = third.json().await.unwrap();
     assert!(error_message(&body).contains("tokens per minute"));
