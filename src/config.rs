@@ -117,6 +117,21 @@ pub struct LogConfig {
     pub when_full: WhenFull,
     /// Whether an answer waits for its record to be on disk.
     pub durability: Durability,
+    /// How the process's own log lines (stderr) are written.
+    pub format: LogFormat,
+    /// Whether each request also gets a line in the process log (it always gets a row in
+    /// the request log).
+    pub access_log: bool,
+}
+
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line, for a log collector.
+    Json,
 }
 
 /// What the gateway does when neither the queue nor the spill journal has room.
@@ -440,10 +455,13 @@ impl Config {
         {
             self.store.url = format!("sqlite://{}", dir.join(file).display());
         }
-        if let Some(file) = &mut self.admin.token_file
-            && file.is_relative()
+        for file in [&mut self.admin.token_file, &mut self.log.spill_path]
+            .into_iter()
+            .flatten()
         {
-            *file = dir.join(&*file);
+            if file.is_relative() {
+                *file = dir.join(&*file);
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use switchyard::config::{Config, ConfigError};
+use switchyard::config::{Config, ConfigError, LogFormat};
 use switchyard::fake::{FakeUpstream, Script};
 
 /// The version and the commit it was built from.
@@ -103,9 +103,18 @@ enum Command {
         /// Only this route.
         #[arg(long)]
         route: Option<String>,
+        /// Only this user's requests.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only requests older than this, such as `10m` (with --since, a window).
+        #[arg(long)]
+        until: Option<String>,
         /// At most this many rows, the newest.
         #[arg(long)]
         limit: Option<usize>,
+        /// Keep printing new rows as they are stored, until stopped.
+        #[arg(long)]
+        follow: bool,
         /// One JSON object a line instead of a table.
         #[arg(long)]
         json: bool,
@@ -206,8 +215,14 @@ enum VkeysCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // `serve` logs as its config says; an unreadable config is reported by `serve` itself.
+    let log = match &cli.command {
+        Command::Serve { config } => Config::load(config).ok().map(|c| c.log),
+        _ => None,
+    };
+    let (format, access_log) = log.map_or((LogFormat::Text, true), |l| (l.format, l.access_log));
     // Dropped when `main` returns: flushes the log lines still queued.
-    let _log_lines = init_tracing();
+    let _log_lines = init_tracing(format, access_log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -312,11 +327,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             since,
             outcome,
             route,
+            user,
+            until,
             limit,
+            follow,
             json,
         } => {
             use switchyard::store::{Store, now_ms, request_log::LogQuery};
-            use switchyard::telemetry::logs::{OUTCOMES, table};
+            use switchyard::telemetry::logs::{OUTCOMES, print};
             if let Some(outcome) = &outcome
                 && !OUTCOMES.contains(&outcome.as_str())
             {
@@ -325,31 +343,24 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     OUTCOMES.join(", ")
                 );
             }
-            let since_ms = since
-                .map(|s| {
+            let ago = |flag: &str, text: Option<String>| {
+                text.map(|s| {
                     switchyard::config::parse_duration(&s)
                         .map(|d| now_ms() - d.as_millis() as i64)
-                        .map_err(|m| anyhow::anyhow!("--since: {m}"))
+                        .map_err(|m| anyhow::anyhow!("{flag}: {m}"))
                 })
-                .transpose()?;
+                .transpose()
+            };
+            let query = LogQuery {
+                since_ms: ago("--since", since)?,
+                until_ms: ago("--until", until)?,
+                outcome,
+                route,
+                user,
+                limit,
+            };
             let store = Store::open(&load(&config)?.store.url).await?;
-            let rows = store
-                .query_log(LogQuery {
-                    since_ms,
-                    outcome,
-                    route,
-                    limit,
-                })
-                .await?;
-            if json {
-                let mut out = std::io::stdout().lock();
-                for row in &rows {
-                    serde_json::to_writer(&mut out, row)?;
-                    std::io::Write::write_all(&mut out, b"\n")?;
-                }
-            } else {
-                print!("{}", table(&rows));
-            }
+            print(&store, query, json, follow, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::FakeUpstream {
@@ -503,16 +514,26 @@ fn parse_script(text: &str) -> anyhow::Result<Script> {
 
 /// Log lines go to stderr from a thread of their own (see [`console`]), so a slow or stuck
 /// stderr never holds up the request log's writer or a runtime thread.
-fn init_tracing() -> console::Flush {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
+fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !access_log {
+        // The request log in the store keeps every request; this only quiets stderr.
+        if let Ok(off) = "switchyard::requests=off".parse() {
+            filter = filter.add_directive(off);
+        }
+    }
     let (lines, flush) = console::spawn();
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(lines)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(lines);
+    match format {
+        LogFormat::Json => builder.json().with_current_span(false).init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
     flush
 }
 

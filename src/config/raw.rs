@@ -57,6 +57,8 @@ pub struct RawLog {
     pub spill_path: Option<String>,
     pub when_full: Option<String>,
     pub durability: Option<String>,
+    pub format: Option<String>,
+    pub access_log: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

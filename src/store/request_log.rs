@@ -52,8 +52,11 @@ pub struct LogRow {
 pub struct LogQuery {
     /// Only rows at or after this time (epoch ms).
     pub since_ms: Option<i64>,
+    /// Only rows before this time (epoch ms).
+    pub until_ms: Option<i64>,
     pub outcome: Option<String>,
     pub route: Option<String>,
+    pub user: Option<String>,
     /// The newest this many rows (still returned oldest first).
     pub limit: Option<usize>,
 }

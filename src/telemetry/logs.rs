@@ -5,19 +5,133 @@
 //! operator's screen or start a line that looks like another row.
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
+use std::time::Duration;
 
-use crate::store::request_log::LogRow;
+use crate::store::request_log::{LogQuery, LogRow};
+use crate::store::{Store, StoreError};
+
+/// How often `--follow` asks the store for new rows.
+const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// The virtual keys' display names by key id: the key's masked prefix, never its secret.
+pub type KeyNames = HashMap<String, String>;
+
+/// Why `switchyard logs` stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LogsError {
+    #[error("cannot read the request log: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot write: {0}")]
+    Write(#[from] std::io::Error),
+    #[error("cannot write a row as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Loads [`KeyNames`] from the store.
+pub async fn key_names(store: &Store) -> Result<KeyNames, StoreError> {
+    Ok(store
+        .virtual_keys()
+        .await?
+        .into_iter()
+        .map(|key| (key.id.clone(), key.masked()))
+        .collect())
+}
+
+/// Prints the rows `query` selects, as a table or JSON lines; with `follow`, keeps printing
+/// new rows as they are stored, until the process is stopped.
+pub async fn print(
+    store: &Store,
+    mut query: LogQuery,
+    json: bool,
+    follow: bool,
+    out: &mut (impl std::io::Write + Send),
+) -> Result<(), LogsError> {
+    let mut names = key_names(store).await?;
+    let rows = store.query_log(query.clone()).await?;
+    write_rows(&rows, &names, json, true, out)?;
+    if !follow {
+        return Ok(());
+    }
+    // Rows are read from the newest time seen on; those at that very millisecond that were
+    // already printed are skipped by id.
+    query.limit = None;
+    let mut seen_at = rows.last().map(|r| r.time_ms);
+    let mut seen: HashSet<String> = rows
+        .iter()
+        .filter(|r| Some(r.time_ms) == seen_at)
+        .map(|r| r.id.clone())
+        .collect();
+    loop {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        query.since_ms = seen_at.or(query.since_ms);
+        let fresh: Vec<LogRow> = store
+            .query_log(query.clone())
+            .await?
+            .into_iter()
+            .filter(|r| !seen.contains(&r.id))
+            .collect();
+        let Some(last) = fresh.last().map(|r| r.time_ms) else {
+            continue;
+        };
+        if fresh
+            .iter()
+            .any(|r| r.key_id.as_ref().is_some_and(|k| !names.contains_key(k)))
+        {
+            names = key_names(store).await?;
+        }
+        write_rows(&fresh, &names, json, false, out)?;
+        if seen_at != Some(last) {
+            seen.clear();
+        }
+        seen_at = Some(last);
+        seen.extend(
+            fresh
+                .iter()
+                .filter(|r| r.time_ms == last)
+                .map(|r| r.id.clone()),
+        );
+    }
+}
+
+fn write_rows(
+    rows: &[LogRow],
+    names: &KeyNames,
+    json: bool,
+    header: bool,
+    out: &mut impl std::io::Write,
+) -> Result<(), LogsError> {
+    if json {
+        for row in rows {
+            serde_json::to_writer(&mut *out, row)?;
+            out.write_all(b"\n")?;
+        }
+    } else {
+        let text = table(rows, names);
+        let text = if header {
+            text.as_str()
+        } else {
+            text.split_once('\n').map_or("", |(_, body)| body)
+        };
+        out.write_all(text.as_bytes())?;
+    }
+    out.flush()?;
+    Ok(())
+}
 
 /// The outcomes `--outcome` accepts.
 pub const OUTCOMES: [&str; 5] = ["success", "fallback", "degraded", "error", "rejected"];
 
-/// One line per row, with a header; attempts summed up as `provider/model:class` hops.
-pub fn table(rows: &[LogRow]) -> String {
+/// One line per row, with a header; attempts summed up as `provider/model:class` hops. The
+/// key is shown by its name in `names` (its masked prefix), never its secret.
+pub fn table(rows: &[LogRow], names: &KeyNames) -> String {
     let mut out = format!(
-        "{:<23}  {:<36}  {:<12}  {:<9}  {:>3}  {:<24}  {:>9}  {:>9}  {:>11}  {:>10}  {}\n",
+        "{:<23}  {:<36}  {:<14}  {:<16}  {:<12}  {:<9}  {:>3}  {:<24}  {:>9}  {:>9}  {:>11}  {:>10}  {}\n",
         "TIME (UTC)",
         "ID",
+        "KEY",
+        "USER",
         "ROUTE",
         "OUTCOME",
         "ST",
@@ -50,11 +164,18 @@ pub fn table(rows: &[LogRow]) -> String {
         if let Some(error) = &row.error {
             let _ = write!(attempts, " ({error})");
         }
+        let key = row
+            .key_id
+            .as_ref()
+            .map(|id| names.get(id).map_or(id.as_str(), String::as_str))
+            .unwrap_or("-");
         let _ = writeln!(
             out,
-            "{:<23}  {:<36}  {:<12}  {:<9}  {:>3}  {:<24}  {:>9}  {:>9}  {:>11}  {:>10}  {}",
+            "{:<23}  {:<36}  {:<14}  {:<16}  {:<12}  {:<9}  {:>3}  {:<24}  {:>9}  {:>9}  {:>11}  {:>10}  {}",
             utc(row.time_ms),
             row.id,
+            key,
+            row.user.as_deref().unwrap_or("-"),
             row.route.as_deref().unwrap_or("-"),
             row.outcome,
             row.status,
@@ -81,6 +202,8 @@ fn printable_row(row: &LogRow) -> LogRow {
     row.id = text(&row.id);
     row.outcome = text(&row.outcome);
     row.route = optional(&row.route);
+    row.user = optional(&row.user);
+    row.key_id = optional(&row.key_id);
     row.provider = optional(&row.provider);
     row.model = optional(&row.model);
     row.error = optional(&row.error);

@@ -400,6 +400,9 @@ fn breaker_name(gauge: i64) -> &'static str {
     }
 }
 
+/// Whether a condition holds in a window's stats, and the value that says so.
+type Holds = fn(&Stats) -> Option<f64>;
+
 fn collect_alerts(
     raised: &mut Vec<Alert>,
     scope: &'static str,
@@ -412,7 +415,7 @@ fn collect_alerts(
         ("1h", &windows.one_hour),
         ("24h", &windows.one_day),
     ];
-    let conditions: [(&'static str, f64, fn(&Stats) -> Option<f64>); 2] = [
+    let conditions: [(&'static str, f64, Holds); 2] = [
         (
             "availability_below_target",
             alerts.availability_target,

@@ -272,3 +272,190 @@ fn the_systemd_unit_is_valid() {
         assert_eq!(sections, ["Unit", "Service", "Install"]);
     }
 }
+
+#[tokio::test]
+async fn logs_show_the_key_by_name_and_the_user_filter_and_follow() {
+    let home = TempDir::new();
+    let fake = switchyard::fake::FakeUpstream::new("up")
+        .start()
+        .await
+        .unwrap();
+    let config = home.0.join("switchyard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"sqlite://gw.db\"\n[[roles]]\nname = \"default\"\n{}{}",
+            provider("up", &fake),
+            route("r", &[("up", "m")], "")
+        ),
+    )
+    .unwrap();
+    let config_arg = config.to_str().unwrap();
+    let mut keys = Vec::new();
+    for user in ["ana", "bo"] {
+        let created = run(
+            &home.0,
+            &[
+                "vkeys", "create", "--config", config_arg, "--user", user, "--role", "default",
+            ],
+        );
+        assert!(created.status.success(), "{created:?}");
+        keys.push(String::from_utf8(created.stdout).unwrap().trim().to_owned());
+    }
+    let served = serve(&home.0, &config);
+    let send = |key: String| {
+        let url = format!("{}/v1/chat/completions", served.1);
+        async move {
+            let response = client()
+                .post(url)
+                .bearer_auth(key)
+                .json(&chat("r"))
+                .send()
+                .await;
+            assert_eq!(response.unwrap().status(), 200);
+        }
+    };
+    send(keys[0].clone()).await;
+    send(keys[1].clone()).await;
+
+    // Rows reach the store off the request path: poll the CLI for a bounded while.
+    let mut table = String::new();
+    for _ in 0..100 {
+        let out = run(&home.0, &["logs", "--config", config_arg, "--user", "ana"]);
+        table = String::from_utf8(out.stdout).unwrap();
+        if table.lines().count() == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        table.lines().count(),
+        2,
+        "a header and ana's one row:\n{table}"
+    );
+    assert!(table.lines().next().unwrap().contains("KEY"), "{table}");
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.contains("ana") && !row.contains(" bo "), "{row}");
+    assert!(
+        row.contains(&keys[0][..8]),
+        "the key's name (its prefix): {row}"
+    );
+    assert!(!row.contains(&keys[0]), "never the whole key: {row}");
+    let later = run(&home.0, &["logs", "--config", config_arg, "--until", "1h"]);
+    assert_eq!(String::from_utf8(later.stdout).unwrap().lines().count(), 1);
+
+    // --follow prints a row stored after it started.
+    let mut follow = Command::new(BIN)
+        .args([
+            "logs", "--config", config_arg, "--follow", "--json", "--user", "bo",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = follow.stdout.take().unwrap();
+    let (said, hear) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    let first = hear
+        .recv_timeout(Duration::from_secs(10))
+        .expect("bo's first row");
+    send(keys[1].clone()).await;
+    let second = hear
+        .recv_timeout(Duration::from_secs(10))
+        .expect("bo's new row, followed");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let ids: Vec<String> = [first, second]
+        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].to_string())
+        .collect();
+    assert_ne!(ids[0], ids[1]);
+}
+
+/// Serves `config` until one request is answered, then SIGTERM; every stderr line.
+async fn stderr_of_one_request(cwd: &Path, config: &Path) -> Vec<String> {
+    let mut child = Command::new(BIN)
+        .current_dir(cwd)
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("SWITCHYARD_LOG", "info")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (said, hear) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let addr = loop {
+        let line = hear
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a log line");
+        let addr = serde_json::from_str::<serde_json::Value>(&line)
+            .ok()
+            .and_then(|v| v["fields"]["addr"].as_str().map(str::to_owned));
+        lines.push(line);
+        if let Some(addr) = addr {
+            break addr;
+        }
+    };
+    let response = client()
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&chat("r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(killed.unwrap().success());
+    assert!(child.wait().unwrap().success());
+    lines.extend(hear.try_iter());
+    lines
+}
+
+#[tokio::test]
+async fn json_logs_and_an_access_log_that_can_be_turned_off() {
+    let home = TempDir::new();
+    let fake = switchyard::fake::FakeUpstream::new("up")
+        .start()
+        .await
+        .unwrap();
+    let base = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n{}{}",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    );
+    let is_request = |line: &String| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|v| v["fields"]["message"] == "request")
+    };
+    for (access_log, expected) in [("true", 1), ("false", 0)] {
+        let config = home.0.join(format!("access-{access_log}.toml"));
+        std::fs::write(
+            &config,
+            format!("{base}[log]\nformat = \"json\"\naccess_log = {access_log}\n"),
+        )
+        .unwrap();
+        let lines = stderr_of_one_request(&home.0, &config).await;
+        for line in &lines {
+            assert!(
+                serde_json::from_str::<serde_json::Value>(line).is_ok(),
+                "not JSON: {line}"
+            );
+        }
+        assert_eq!(
+            lines.iter().filter(|l| is_request(l)).count(),
+            expected,
+            "access_log = {access_log}: {lines:#?}"
+        );
+    }
+}

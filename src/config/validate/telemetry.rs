@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::Errors;
 use crate::config::raw::{RawAdmin, RawAlerts, RawLog, RawPrice};
 use crate::config::{
-    AdminConfig, AlertsConfig, Durability, LogConfig, ModelName, Price, Provider, ProviderId,
-    Token, WhenFull,
+    AdminConfig, AlertsConfig, Durability, LogConfig, LogFormat, ModelName, Price, Provider,
+    ProviderId, Token, WhenFull,
 };
 
 /// Thirty days of request log unless `[log] retention` says otherwise.
@@ -108,6 +108,17 @@ pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
             "`fsync` writes records to the spill journal, so it needs spill_bytes > 0",
         );
     }
+    let format = match raw.format.as_deref().unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => {
+            errors.add(
+                "log.format",
+                format!("`{other}` is not one of `text`, `json`"),
+            );
+            LogFormat::Text
+        }
+    };
     LogConfig {
         retention,
         queue_records,
@@ -115,6 +126,8 @@ pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
         spill_path,
         when_full,
         durability,
+        format,
+        access_log: raw.access_log.unwrap_or(true),
     }
 }
 

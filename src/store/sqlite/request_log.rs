@@ -44,6 +44,14 @@ impl SqliteStore {
                 values.push(since.into());
                 conditions.push(format!("time_ms >= ?{}", values.len()));
             }
+            if let Some(until) = query.until_ms {
+                values.push(until.into());
+                conditions.push(format!("time_ms < ?{}", values.len()));
+            }
+            if let Some(user) = query.user {
+                values.push(user.into());
+                conditions.push(format!("user = ?{}", values.len()));
+            }
             if let Some(outcome) = query.outcome {
                 values.push(outcome.into());
                 conditions.push(format!("outcome = ?{}", values.len()));
@@ -232,6 +240,21 @@ mod tests {
             ..LogQuery::default()
         };
         assert_eq!(store.query_log(since).await.unwrap(), vec![rows[2].clone()]);
+        let window = LogQuery {
+            since_ms: Some(1_500),
+            until_ms: Some(3_000),
+            user: Some("ana".into()),
+            ..LogQuery::default()
+        };
+        assert_eq!(
+            store.query_log(window).await.unwrap(),
+            vec![rows[1].clone()]
+        );
+        let nobody = LogQuery {
+            user: Some("nobody".into()),
+            ..LogQuery::default()
+        };
+        assert!(store.query_log(nobody).await.unwrap().is_empty());
         let newest = LogQuery {
             limit: Some(2),
             ..LogQuery::default()
