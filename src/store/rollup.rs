@@ -36,6 +36,8 @@ pub struct Counts {
     /// Requests that failed through the client's own fault (a 4xx other than 429: a bad
     /// body, an unknown model, a refused key, a body too large, a client that went away).
     pub client_error: u64,
+    /// Of the rejected, those the gateway's own rate limits refused (429).
+    pub rate_limited: u64,
     /// Upstream attempts (deployments only).
     pub attempts: u64,
     pub tokens_in: u64,
@@ -50,7 +52,12 @@ impl Counts {
             "success" => self.success += 1,
             "fallback" => self.fallback += 1,
             "degraded" => self.degraded += 1,
-            "rejected" => self.rejected += 1,
+            "rejected" => {
+                self.rejected += 1;
+                if status == 429 {
+                    self.rate_limited += 1;
+                }
+            }
             _ if is_client_error(status) => self.client_error += 1,
             _ => self.error += 1,
         }
@@ -65,6 +72,7 @@ impl Counts {
         self.error += other.error;
         self.rejected += other.rejected;
         self.client_error += other.client_error;
+        self.rate_limited += other.rate_limited;
         self.attempts += other.attempts;
         self.tokens_in += other.tokens_in;
         self.tokens_out += other.tokens_out;

@@ -81,6 +81,7 @@ const MIGRATIONS: &[&str] = &[
          error INTEGER NOT NULL,
          rejected INTEGER NOT NULL,
          client_error INTEGER NOT NULL,
+         rate_limited INTEGER NOT NULL,
          attempts INTEGER NOT NULL,
          tokens_in INTEGER NOT NULL,
          tokens_out INTEGER NOT NULL,

@@ -40,6 +40,8 @@ pub struct Scorecard {
     pub deployments: Vec<DeploymentCard>,
     /// Requests per minute by outcome over the last hour, oldest first.
     pub series: Vec<SeriesPoint>,
+    /// The same, for each route.
+    pub route_series: BTreeMap<String, Vec<SeriesPoint>>,
     /// The alerts raised: one per condition, with the windows in which it holds.
     pub alerts: Vec<Alert>,
 }
@@ -160,6 +162,20 @@ pub struct SeriesPoint {
     pub error: u64,
     pub rejected: u64,
     pub client_error: u64,
+    /// Of the rejected, refused by the gateway's own rate limits.
+    pub rate_limited: u64,
+}
+
+impl SeriesPoint {
+    fn add(&mut self, counts: &crate::store::rollup::Counts) {
+        self.success += counts.success;
+        self.fallback += counts.fallback;
+        self.degraded += counts.degraded;
+        self.rejected += counts.rejected;
+        self.error += counts.error;
+        self.client_error += counts.client_error;
+        self.rate_limited += counts.rate_limited;
+    }
 }
 
 /// One group's figures in one window, as merged so far.
@@ -254,6 +270,7 @@ pub struct Builder {
     deployments: BTreeMap<(String, String), WindowTallies>,
     series_start: i64,
     series: Vec<SeriesPoint>,
+    route_series: BTreeMap<String, Vec<SeriesPoint>>,
 }
 
 impl Builder {
@@ -266,12 +283,8 @@ impl Builder {
             routes: BTreeMap::new(),
             deployments: BTreeMap::new(),
             series_start,
-            series: (0..BUCKETS)
-                .map(|i| SeriesPoint {
-                    t_ms: series_start + i * BUCKET_MS,
-                    ..SeriesPoint::default()
-                })
-                .collect(),
+            series: empty_series(series_start),
+            route_series: BTreeMap::new(),
         }
     }
 
@@ -282,15 +295,20 @@ impl Builder {
             series,
             data,
         } = rollup;
-        if series == Series::Overall && minute_ms >= self.series_start {
+        if minute_ms >= self.series_start {
             let bucket = ((minute_ms - self.series_start) / BUCKET_MS) as usize;
-            if let Some(point) = self.series.get_mut(bucket) {
-                point.success += data.counts.success;
-                point.fallback += data.counts.fallback;
-                point.degraded += data.counts.degraded;
-                point.rejected += data.counts.rejected;
-                point.error += data.counts.error;
-                point.client_error += data.counts.client_error;
+            let start = self.series_start;
+            let points = match &series {
+                Series::Overall => Some(&mut self.series),
+                Series::Route(route) => Some(
+                    self.route_series
+                        .entry(route.clone())
+                        .or_insert_with(|| empty_series(start)),
+                ),
+                Series::Deployment { .. } => None,
+            };
+            if let Some(point) = points.and_then(|p| p.get_mut(bucket)) {
+                point.add(&data.counts);
             }
         }
         let tallies = match series {
@@ -317,6 +335,7 @@ impl Builder {
             routes,
             mut deployments,
             series,
+            route_series,
             ..
         } = self;
         let breakers = &live.breakers;
@@ -373,6 +392,7 @@ impl Builder {
             routes,
             deployments,
             series,
+            route_series,
             alerts: raised,
         }
     }
@@ -390,6 +410,16 @@ pub fn compute(
         builder.add(rollup);
     }
     builder.finish(live, alerts)
+}
+
+/// An hour of empty minutes from `start`.
+fn empty_series(start: i64) -> Vec<SeriesPoint> {
+    (0..BUCKETS)
+        .map(|i| SeriesPoint {
+            t_ms: start + i * BUCKET_MS,
+            ..SeriesPoint::default()
+        })
+        .collect()
 }
 
 fn breaker_name(gauge: i64) -> &'static str {

@@ -68,9 +68,16 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     };
     let (primary, secondary) = scripted_fakes().await;
     // On the admin listener, where the page and its scorecard need no token.
-    let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n";
+    // Anonymous callers get a sliding limit of 100 a minute: the script's 100 pass, 5 more
+    // are refused, and the limiter's chart has something to draw.
+    let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n\
+        [[roles]]\nname = \"default\"\nrequests_per_minute = 100\nwindow = \"sliding\"\n";
     let gateway = gateway(&scripted_config(&primary, &secondary, listen)).await;
     run_script(&gateway).await;
+    for _ in 0..5 {
+        assert_eq!(post(&gateway, &chat("r")).await.status(), 429);
+    }
+    gateway.telemetry().wait_for_rows(105).await;
     let url = format!("{}/dashboard", gateway.admin_url());
 
     let dom = chromium(binary.clone(), url.clone(), vec!["--dump-dom".into()]).await;
@@ -82,9 +89,18 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     assert!(requests.len() >= 3, "a bar per outcome:\n{dom}");
     assert_eq!(
         requests.iter().sum::<f64>(),
-        100.0,
+        105.0,
         "every request is drawn"
     );
+    let route = points(&dom, "route-requests");
+    assert_eq!(
+        route.iter().sum::<f64>(),
+        105.0,
+        "route r's requests are drawn by minute"
+    );
+    assert_eq!(dom.matches("data-point=\"route\"").count(), 1);
+    let limited = points(&dom, "limited");
+    assert_eq!(limited.iter().sum::<f64>(), 5.0, "the limiter's refusals");
     let fallback = points(&dom, "fallback-rate");
     assert!(!fallback.is_empty(), "the fallback rate is drawn");
     assert!(fallback.iter().all(|r| (0.0..=1.0).contains(r)));

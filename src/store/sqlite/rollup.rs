@@ -13,7 +13,8 @@ use crate::store::rollup::{Counts, MINUTE_MS, Rollup, RollupData, Rollups, Serie
 const BACKFILL_MS: i64 = 24 * 3_600_000 + MINUTE_MS;
 
 const ROLLUP_COLUMNS: &str = "minute_ms, kind, name, model, requests, success, fallback, degraded,
-     error, rejected, client_error, attempts, tokens_in, tokens_out, cost_usd, latency, ttft";
+     error, rejected, client_error, rate_limited, attempts, tokens_in, tokens_out, cost_usd,
+     latency, ttft";
 
 /// The stored key of a series: its kind, then its names (empty when it has none).
 fn key(series: &Series) -> (i64, &str, &str) {
@@ -43,7 +44,7 @@ pub(super) fn merge(tx: &Transaction<'_>, rollups: Rollups) -> rusqlite::Result<
     ))?;
     let mut upsert = tx.prepare_cached(&format!(
         "INSERT OR REPLACE INTO log_rollup ({ROLLUP_COLUMNS})
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
     ))?;
     for mut rollup in rollups.into_rollups() {
         let (kind, name, model) = key(&rollup.series);
@@ -67,6 +68,7 @@ pub(super) fn merge(tx: &Transaction<'_>, rollups: Rollups) -> rusqlite::Result<
             count(c.error),
             count(c.rejected),
             count(c.client_error),
+            count(c.rate_limited),
             count(c.attempts),
             count(c.tokens_in),
             count(c.tokens_out),
@@ -80,8 +82,8 @@ pub(super) fn merge(tx: &Transaction<'_>, rollups: Rollups) -> rusqlite::Result<
 
 fn read_rollup(row: &rusqlite::Row<'_>) -> rusqlite::Result<Rollup> {
     let count = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
-    let latency: Vec<u8> = row.get(15)?;
-    let ttft: Vec<u8> = row.get(16)?;
+    let latency: Vec<u8> = row.get(16)?;
+    let ttft: Vec<u8> = row.get(17)?;
     Ok(Rollup {
         minute_ms: row.get(0)?,
         series: series(row.get(1)?, row.get(2)?, row.get(3)?),
@@ -94,10 +96,11 @@ fn read_rollup(row: &rusqlite::Row<'_>) -> rusqlite::Result<Rollup> {
                 error: count(8)?,
                 rejected: count(9)?,
                 client_error: count(10)?,
-                attempts: count(11)?,
-                tokens_in: count(12)?,
-                tokens_out: count(13)?,
-                cost_usd: row.get(14)?,
+                rate_limited: count(11)?,
+                attempts: count(12)?,
+                tokens_in: count(13)?,
+                tokens_out: count(14)?,
+                cost_usd: row.get(15)?,
             },
             latency: Sketch::decode(&latency),
             ttft: Sketch::decode(&ttft),
