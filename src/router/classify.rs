@@ -1,6 +1,6 @@
 //! How one upstream attempt's failure is classified, and what the chain does about it.
 //!
-//! This is DESIGN.md's classification table in code; keep the two in step.
+//! This is the README's classification table ("How fallback works") in code; keep the two in step.
 
 use std::time::{Duration, SystemTime};
 

@@ -1,4 +1,4 @@
-//! Fallback chains: every row of DESIGN.md's classification table, budgets and exhaustion.
+//! Fallback chains: every row of the README's classification table, budgets and exhaustion.
 
 use std::time::{Duration, Instant};
 
