@@ -207,15 +207,7 @@ async fn nine_streams_cut_mid_answer_open_the_breaker_and_count_as_failed_attemp
         assert_eq!(row.attempts[0].failure, Some(FailureClass::Reset));
     }
     assert_eq!(breaker(&gateway, "primary").state, BreakerState::Open);
-    let metrics = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .bearer_auth(METRICS_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gateway.url(), METRICS_TOKEN).await;
     let failed = metrics
         .lines()
         .find(|l| {

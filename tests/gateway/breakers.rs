@@ -373,7 +373,7 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
     let next = entry["next_probe_in_ms"].as_u64().unwrap();
     assert!(next > 50_000 && next <= 60_000, "{entry}");
     assert_eq!(entry["cooldown_ms"], 60_000);
-    let metrics = metrics_text(&gateway).await;
+    let metrics = metrics_text(&gateway.url(), TOKEN).await;
     assert!(
         metrics.contains(r#"switchyard_breaker_state{provider="primary",model="model-a"} 2"#),
         "{metrics}"
@@ -391,7 +391,7 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
     assert_eq!(done["reset"], 1);
     assert_eq!(breaker(&gateway, "primary").await["state"], "closed");
     assert!(
-        metrics_text(&gateway)
+        metrics_text(&gateway.url(), TOKEN)
             .await
             .contains(r#"switchyard_breaker_state{provider="primary",model="model-a"} 0"#)
     );
@@ -415,16 +415,4 @@ async fn the_admin_api_is_off_without_a_token() {
         .await
         .unwrap();
     assert_eq!(response.status(), 404);
-}
-
-async fn metrics_text(gateway: &Gateway) -> String {
-    client()
-        .get(format!("{}/metrics", gateway.url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }

@@ -106,15 +106,7 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
         .await
         .unwrap();
     assert_eq!(refused.status(), 401);
-    let metrics = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gateway.url(), TOKEN).await;
     assert!(
         metrics
             .lines()

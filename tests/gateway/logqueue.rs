@@ -269,15 +269,7 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
     assert!(peak > 0, "RSS was measured");
     assert!(peak < RSS_BOUND_KIB, "peak RSS {peak} KiB");
     // The outage was real: rows went to the journal, and all of them came back from it.
-    let metrics = client()
-        .get(format!("{}/metrics", gateway.url))
-        .bearer_auth(METRICS_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gateway.url, METRICS_TOKEN).await;
     let counter = |name: &str| -> u64 {
         metrics
             .lines()
@@ -419,15 +411,7 @@ async fn a_full_log_in_drop_mode_serves_requests_and_counts_each_dropped_record(
     .await
     .expect("the kept records are stored");
     assert_eq!(gateway.store().count_log().await.unwrap(), kept);
-    let metrics = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .bearer_auth(METRICS_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gateway.url(), METRICS_TOKEN).await;
     assert!(
         metrics.contains(&format!("switchyard_log_records_dropped_total {dropped}")),
         "{metrics}"

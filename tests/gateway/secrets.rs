@@ -236,15 +236,7 @@ async fn no_leak_through(kind: &str) {
         0,
         "a redirect's location is never contacted"
     );
-    let metrics = client()
-        .get(format!("{}/metrics", gateway.url()))
-        .bearer_auth(METRICS_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&gateway.url(), METRICS_TOKEN).await;
     assert!(metrics.contains("result=\"redirect\""), "{metrics}");
     assert_clean("/metrics", &metrics);
 }

@@ -228,3 +228,16 @@ pub async fn observe(gateway: &Gateway, path: &str) -> reqwest::Response {
         .await
         .expect("gateway answers")
 }
+
+/// `/metrics` from `base` (a gateway's URL), read with `token`.
+pub async fn metrics_text(base: &str, token: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("gateway answers")
+        .text()
+        .await
+        .expect("a text body")
+}
