@@ -301,6 +301,11 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             connect,
         } => match Config::load(&path) {
             Ok(config) => {
+                // What `serve` reads besides the file: the admin token file must be usable too.
+                if let Err(e) = switchyard::server::StartOptions::for_config(&config) {
+                    eprintln!("{} has 1 error(s):\n  {e}", path.display());
+                    return Ok(ExitCode::FAILURE);
+                }
                 print!("{}", switchyard::check::report(&config));
                 for warning in switchyard::check::warnings(&config) {
                     eprintln!("warning: {warning}");

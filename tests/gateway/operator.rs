@@ -152,6 +152,10 @@ fn a_token_file_others_can_read_is_refused_before_listening() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("chmod 600"), "{stderr}");
     assert!(!stderr.contains("listening"), "{stderr}");
+    // check refuses it just as serve does.
+    let check = run(&home.0, &["check", "--config", "switchyard.toml"]);
+    assert_eq!(check.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&check.stderr).contains("chmod 600"));
 }
 
 #[test]
