@@ -16,6 +16,7 @@ mod gateway {
     mod lossless;
     mod messages;
     mod passthrough;
+    mod retry_after;
     mod streaming;
     pub mod telemetry;
 }

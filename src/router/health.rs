@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::balance::{Ewma, fastest, smooth_pick};
 use super::breaker::{Breaker, BreakerView, Refusal, Ticket, Verdict};
 use super::classify::FailureClass;
+use super::retry::MAX_RETRY_AFTER;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
 };
@@ -154,7 +155,8 @@ impl Permit<'_> {
         if let (Some(ticket), Some(breaker)) = (self.ticket.take(), breaker) {
             breaker.record(now, ticket, verdict);
             if let Some(bench) = bench {
-                breaker.bench(now + bench);
+                // Capped again here: an overflow would panic with the health lock held.
+                breaker.bench(now + bench.min(MAX_RETRY_AFTER));
             }
         }
         if let Some(sample) = latency.filter(|_| self.track_latency) {
