@@ -54,7 +54,7 @@ where
     /// a terminal marker.
     pub async fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
         loop {
-            if let Some(end) = event_end(&self.buffer) {
+            if let Some(end) = event_end(&self.buffer, self.finished) {
                 let raw = self.buffer.split_to(end).freeze();
                 return parse_event(raw).map(Some);
             }
@@ -74,13 +74,17 @@ where
 }
 
 /// Where the first event in `buffer` ends (just past its blank line), if it is whole.
-fn event_end(buffer: &[u8]) -> Option<usize> {
+///
+/// A `\r` as the buffer's last byte may be half of a `\r\n` still on its way, so it ends
+/// nothing until the stream has `finished`: else the chunking would move event boundaries.
+fn event_end(buffer: &[u8], finished: bool) -> Option<usize> {
     let mut previous_newline: Option<usize> = None;
     let mut i = 0;
     while i < buffer.len() {
         let newline_len = match buffer[i] {
             b'\n' => 1,
             b'\r' if buffer.get(i + 1) == Some(&b'\n') => 2,
+            b'\r' if i + 1 == buffer.len() && !finished => return None,
             b'\r' => 1,
             _ => {
                 previous_newline = None;
@@ -154,6 +158,19 @@ mod tests {
             events(&[": ping\r\n\r\n", "event: x\r\ndata: a\r\ndata:b\r\n\r\n"]).await;
         assert_eq!(events[0].data, "");
         assert_eq!(events[1].data, "a\nb");
+    }
+
+    #[tokio::test]
+    async fn a_crlf_split_across_chunks_ends_the_event_where_it_would_whole() {
+        // Found by fuzzing (fuzz/corpus/sse): a chunk ending between `\r` and `\n` cut the
+        // event short and began the next one with a stray `\n`.
+        let whole = events(&[": ping\r\n\r\ndata: a\r\n\r\n"]).await;
+        let split = events(&[": ping\r\n\r", "\ndata: a\r\n\r", "\n"]).await;
+        assert_eq!(split, whole);
+        assert_eq!(whole.0[1].raw, Bytes::from_static(b"data: a\r\n\r\n"));
+        // At the very end, a lone `\r` still ends the line.
+        let (events, _) = events(&["data: b\r\r"]).await;
+        assert_eq!(events.len(), 1);
     }
 
     #[tokio::test]
