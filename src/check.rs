@@ -182,6 +182,34 @@ request_deadline = "60s"
     }
 
     #[test]
+    fn a_huge_retry_budget_is_capped_by_the_deadline_not_overflowed() {
+        // Found by fuzzing (fuzz/corpus/config): the product of timeouts and attempts
+        // saturated, and adding the backoff to it overflowed.
+        let config = Config::parse(
+            r#"
+[[providers]]
+name = "a"
+kind = "openai"
+base_url = "http://127.0.0.1:1"
+[[routes]]
+name = "smart"
+steps = [{ provider = "a", model = "m1" }]
+[retry]
+attempt_timeout = "18446744073709551615ms"
+max_attempts = 4294967295
+attempts_per_step = 4294967295
+request_deadline = "60s"
+"#,
+        )
+        .unwrap();
+        let report = report(&config);
+        assert!(
+            report.contains("worst case: 1m (capped by request_deadline)"),
+            "{report}"
+        );
+    }
+
+    #[test]
     fn shows_each_balanced_deployment_with_its_weight() {
         let config = Config::parse(
             r#"

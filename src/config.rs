@@ -486,8 +486,10 @@ impl RetryConfig {
         // Retries, not step changes, wait; the most waits come from the fewest steps used.
         let steps_used = attempts.div_ceil(per_step);
         let waits = attempts - steps_used;
-        let unbounded = self.attempt_timeout.saturating_mul(attempts as u32)
-            + self.backoff.max().saturating_mul(waits as u32);
+        let unbounded = self
+            .attempt_timeout
+            .saturating_mul(attempts as u32)
+            .saturating_add(self.backoff.max().saturating_mul(waits as u32));
         unbounded.min(self.request_deadline)
     }
 }

@@ -25,6 +25,7 @@ mod gateway {
     mod passthrough;
     mod readme;
     mod redis_faults;
+    mod retry_after;
     mod scorecard_truth;
     mod secrets;
     mod stream_ends;

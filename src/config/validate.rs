@@ -27,7 +27,12 @@ pub fn parse_raw(text: &str) -> Result<RawConfig, FieldError> {
     serde_path_to_error::deserialize(deserializer).map_err(|e| {
         let path = e.path().to_string();
         FieldError {
-            field: if path == "." { "(file)".into() } else { path },
+            // The root, or a top-level key that is itself empty (`'' = 0`), has no path to show.
+            field: if path == "." || path.is_empty() {
+                "(file)".into()
+            } else {
+                path
+            },
             message: location::located(text, &e.into_inner()),
         }
     })
@@ -460,6 +465,18 @@ base_url = "http://127.0.0.1:1/v1"
         assert_eq!(errors.len(), 1);
         assert!(errors[0].starts_with("routes[0].steps[0]"), "{errors:?}");
         assert!(errors[0].contains("colour"), "{errors:?}");
+    }
+
+    #[test]
+    fn an_unknown_empty_key_still_names_a_place() {
+        // Found by fuzzing (fuzz/regressions/config): the path of a top-level `''` key is
+        // the empty string, so the error named no field at all.
+        assert_eq!(
+            errors("'' = 0")[0].split(':').next(),
+            Some("(file)"),
+            "{:?}",
+            errors("'' = 0")
+        );
     }
 
     #[test]

@@ -150,7 +150,8 @@ struct EmbeddingsProbe {
 
 /// Checks an embeddings answer and reads its usage; `None` when it is not one.
 pub fn probe_embeddings(body: &[u8]) -> Option<Option<Usage>> {
-    serde_json::from_slice::<EmbeddingsProbe>(body)
+    // From a `str`: serde_json checks no UTF-8 in the fields a probe skips.
+    serde_json::from_str::<EmbeddingsProbe>(std::str::from_utf8(body).ok()?)
         .ok()
         .map(|e| e.usage)
 }
@@ -189,7 +190,8 @@ struct CompletionProbe {
 
 /// Checks a non-streamed completion and reads its usage; `None` when it is not a completion.
 pub fn probe_completion(body: &[u8]) -> Option<Option<Usage>> {
-    serde_json::from_slice::<CompletionProbe>(body)
+    // From a `str`: serde_json checks no UTF-8 in the fields a probe skips.
+    serde_json::from_str::<CompletionProbe>(std::str::from_utf8(body).ok()?)
         .ok()
         .map(|c| c.usage)
 }
@@ -255,6 +257,17 @@ pub fn stream_error_event(message: &str, code: &str) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_that_is_not_utf8_is_not_a_success() {
+        // Found by fuzzing (fuzz/regressions/response): serde_json does not check UTF-8 in
+        // fields it skips, so such a body passed the probe and went to the client as a 200.
+        let completion = b"{\"id\":\"\xfc\",\"choices\":[],\"usage\":null}";
+        let embeddings = b"{\"object\":\"l\xfcist\",\"data\":[]}";
+        assert_eq!(probe_completion(completion), None);
+        assert_eq!(probe_embeddings(embeddings), None);
+        assert!(probe_completion(br#"{"id":"x","choices":[]}"#).is_some());
+    }
 
     #[test]
     fn rewrites_only_the_model() {

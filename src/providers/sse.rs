@@ -238,6 +238,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_crlf_split_across_chunks_ends_the_event_where_it_would_whole() {
+        // Found by fuzzing (fuzz/corpus/sse): a chunk ending between `\r` and `\n` cut the
+        // event short and began the next one with a stray `\n`.
+        let whole = events(&[": ping\r\n\r\ndata: a\r\n\r\n"]).await;
+        let split = events(&[": ping\r\n\r", "\ndata: a\r\n\r", "\n"]).await;
+        assert_eq!(split, whole);
+        assert_eq!(whole.0[1].raw, Bytes::from_static(b"data: a\r\n\r\n"));
+        // At the very end, a lone `\r` still ends the line.
+        let (events, _) = events(&["data: b\r\r"]).await;
+        assert_eq!(events.len(), 1);
+    }
+
+    #[tokio::test]
     async fn an_unfinished_event_is_not_returned() {
         let (events, error) = events(&["data: 1\n\ndata: 2"]).await;
         assert_eq!(events.len(), 1);

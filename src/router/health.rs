@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::balance::{Ewma, fastest, smooth_pick};
 use super::breaker::{Breaker, BreakerView, CallerTag, Refusal, Ticket, Verdict};
 use super::classify::FailureClass;
+use super::retry::MAX_RETRY_AFTER;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
 };
@@ -161,7 +162,8 @@ impl Permit<'_> {
         if let (Some(ticket), Some(breaker)) = (self.ticket.take(), breaker) {
             breaker.record(now, ticket, verdict, caller);
             if let Some(bench) = bench {
-                breaker.bench(now + bench);
+                // Capped again here: an overflow would panic with the health lock held.
+                breaker.bench(now + bench.min(MAX_RETRY_AFTER));
             }
         }
         self.observe(&mut table, latency, now);

@@ -69,17 +69,30 @@ impl Backoff {
     }
 }
 
-/// Parses `retry-after`, as delta seconds or as an HTTP date, into a wait from `now`.
+/// The longest wait a `retry-after` can ask for; anything longer is read as this.
+///
+/// A provider's header is untrusted input: `1e300` or `18446744073709551615` would overflow
+/// a `Duration` or an `Instant` later. A day is far past any request deadline, so saturating
+/// here changes no wait, and a bench of a day still says "stay away".
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Parses `retry-after`, as delta seconds or as an HTTP date, into a wait from `now`, at most
+/// [`MAX_RETRY_AFTER`].
 pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(seconds) = value.parse::<u64>() {
-        return Some(Duration::from_secs(seconds));
-    }
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
-    }
-    let date = httpdate::parse_http_date(value).ok()?;
-    Some(date.duration_since(now).unwrap_or_default())
+    let wait = if let Ok(seconds) = value.parse::<u64>() {
+        Duration::from_secs(seconds)
+    } else if let Ok(seconds) = value.parse::<f64>() {
+        if seconds.is_nan() || seconds < 0.0 {
+            return None;
+        }
+        // Too big for a `Duration` (or infinite): as long as a wait can be.
+        Duration::try_from_secs_f64(seconds).unwrap_or(MAX_RETRY_AFTER)
+    } else {
+        let date = httpdate::parse_http_date(value).ok()?;
+        date.duration_since(now).unwrap_or_default()
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 #[cfg(test)]
@@ -156,6 +169,26 @@ mod tests {
         assert_eq!(parse_retry_after("-1", now), None);
     }
 
+    #[test]
+    fn absurd_retry_afters_saturate_instead_of_panicking() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        for value in [
+            "1e300",
+            "1e400",
+            "18446744073709551615",
+            "99999999999999999999999",
+            "Fri, 31 Dec 9999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(value, now),
+                Some(MAX_RETRY_AFTER),
+                "{value}"
+            );
+        }
+        assert_eq!(parse_retry_after("NaN", now), None);
+        assert_eq!(parse_retry_after("-1e300", now), None);
+    }
+
     proptest! {
         #[test]
         fn every_delay_stays_within_zero_and_the_cap(
@@ -168,6 +201,21 @@ mod tests {
             let delay = b.delay(retry, unit);
             prop_assert!(delay <= b.ceiling(retry));
             prop_assert!(delay <= Duration::from_millis(base_ms + extra_ms));
+        }
+
+        #[test]
+        fn any_retry_after_parses_without_panic_and_within_the_bound(
+            value in prop_oneof![
+                any::<String>(),
+                "[+-]?[0-9]{0,40}(\\.[0-9]{0,20})?([eE][+-]?[0-9]{1,5})?",
+                "(Mon|Fri), [0-9]{2} (Jan|Dec) [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            ],
+            now_secs in 0u64..=u64::from(u32::MAX),
+        ) {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs);
+            if let Some(wait) = parse_retry_after(&value, now) {
+                prop_assert!(wait <= MAX_RETRY_AFTER, "{value:?} gave {wait:?}");
+            }
         }
 
         #[test]

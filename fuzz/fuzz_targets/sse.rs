@@ -1,0 +1,8 @@
+#![no_main]
+//! Fuzzes `targets::sse`; see fuzz/targets.rs for what it asserts.
+
+#[allow(dead_code)]
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::sse(data));
