@@ -109,6 +109,14 @@ pub fn warnings(config: &Config) -> Vec<String> {
         .collect()
 }
 
+/// Why `serve` could not open the SQLite file the config names, when that is already plain:
+/// its directory does not exist (SQLite creates the file, never the directory).
+pub fn store_path_problem(config: &Config) -> Option<String> {
+    let file = std::path::Path::new(config.store.url.strip_prefix("sqlite://")?);
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty())?;
+    (!dir.is_dir()).then(|| format!("the store's directory {} does not exist", dir.display()))
+}
+
 /// Opens the store and, when the limits use Redis, sends it a PING: what `serve` will need.
 pub async fn connect(config: &Config) -> Result<(), ConnectError> {
     if let Some(path) = config.store.url.strip_prefix("sqlite://")

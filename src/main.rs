@@ -306,6 +306,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     eprintln!("{} has 1 error(s):\n  {e}", path.display());
                     return Ok(ExitCode::FAILURE);
                 }
+                if let Some(problem) = switchyard::check::store_path_problem(&config) {
+                    eprintln!("{} has 1 error(s):\n  store.url: {problem}", path.display());
+                    return Ok(ExitCode::FAILURE);
+                }
                 print!("{}", switchyard::check::report(&config));
                 for warning in switchyard::check::warnings(&config) {
                     eprintln!("warning: {warning}");

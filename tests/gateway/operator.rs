@@ -171,6 +171,13 @@ fn serve_says_nothing_of_listening_when_the_store_cannot_open() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot open the store"), "{stderr}");
+    let check = run(&home.0, &["check", "--config", "switchyard.toml"]);
+    assert_eq!(
+        check.status.code(),
+        Some(1),
+        "check refuses what serve cannot open"
+    );
+    assert!(String::from_utf8_lossy(&check.stderr).contains("does not exist"));
     assert!(!stderr.contains("listening"), "{stderr}");
     // One cause, said once.
     assert_eq!(
