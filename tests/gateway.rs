@@ -9,6 +9,7 @@ mod gateway {
     mod bounds;
     mod breaker_judgement;
     mod breakers;
+    mod client_hints;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;

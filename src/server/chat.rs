@@ -416,7 +416,7 @@ fn stamp<T>(
     record.overhead = overhead;
     let attempts = run.upstream_attempts();
     let headers = response.headers_mut();
-    set(headers, "x-switchyard-request-id", &record.id);
+    set_request_id(headers, &record.id);
     set(headers, "x-switchyard-route", route.name.as_str());
     set(headers, "x-switchyard-attempts", &attempts.to_string());
     set(headers, "x-switchyard-outcome", outcome.as_str());
@@ -520,6 +520,13 @@ fn unauthenticated(
     error.into_response_for(format)
 }
 
+/// The request's id as the gateway's own header, and as `x-request-id`, which the official
+/// SDKs read into their `request_id`.
+fn set_request_id(headers: &mut HeaderMap, id: &str) {
+    set(headers, "x-switchyard-request-id", id);
+    set(headers, "x-request-id", id);
+}
+
 /// Refuses a request before routing, with one log row like any other request.
 fn refuse(mut guard: RecordGuard, error: ApiError, format: ClientFormat) -> Response {
     let kind = error.kind();
@@ -530,11 +537,7 @@ fn refuse(mut guard: RecordGuard, error: ApiError, format: ClientFormat) -> Resp
     };
     let mut response = error.into_response_for(format);
     let record = guard.record();
-    set(
-        response.headers_mut(),
-        "x-switchyard-request-id",
-        &record.id,
-    );
+    set_request_id(response.headers_mut(), &record.id);
     record.status = response.status().as_u16();
     record.outcome = outcome;
     record.error = Some(kind.into());

@@ -167,9 +167,24 @@ impl ApiError {
         }
         if let ApiError::RateLimited(refusal) = &self {
             super::admission::add_rate_headers(&mut response, &refusal.headers);
-            response.headers_mut().insert(
+            let headers = response.headers_mut();
+            headers.insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(retry_after_secs(refusal)),
+            );
+            // One SDK ignores a `retry-after` of 60 s or more; the milliseconds it reads too.
+            let millis = u64::try_from(refusal.retry_after.as_millis()).unwrap_or(u64::MAX);
+            headers.insert(
+                "retry-after-ms",
+                axum::http::HeaderValue::from(millis.max(1)),
+            );
+        }
+        if let ApiError::AllStepsFailed(_) = &self {
+            // The chain already spent the retries and the deadline: an SDK retrying on its
+            // own would walk it again. The OpenAI and Anthropic SDKs obey this header.
+            response.headers_mut().insert(
+                "x-should-retry",
+                axum::http::HeaderValue::from_static("false"),
             );
         }
         response

@@ -1,0 +1,64 @@
+//! What the gateway tells clients' SDKs so they behave: the request id where the SDKs read
+//! it, `retry-after-ms` beside every `retry-after` of a 429, and `x-should-retry: false` once
+//! the chain has already spent the request's retries.
+
+use switchyard::fake::{Behavior, FakeUpstream};
+
+use super::support::*;
+
+#[tokio::test]
+async fn the_request_id_is_also_x_request_id_on_answers_and_refusals() {
+    let up = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &up),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    for (model, status) in [("r", 200), ("no-such-route", 404)] {
+        let response = post(&gateway, &chat(model)).await;
+        assert_eq!(response.status(), status);
+        let id = header(&response, "x-switchyard-request-id");
+        assert!(!id.is_empty());
+        assert_eq!(header(&response, "x-request-id"), id, "{model}");
+    }
+}
+
+#[tokio::test]
+async fn a_429_from_the_limits_carries_retry_after_ms_too() {
+    let up = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[[roles]]\nname = \"default\"\nrequests_per_minute = 1\nwindow = \"sliding\"\n{}{}",
+        provider("up", &up),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
+    let refused = post(&gateway, &chat("r")).await;
+    assert_eq!(refused.status(), 429);
+    let seconds: u64 = header(&refused, "retry-after").parse().unwrap();
+    let millis: u64 = header(&refused, "retry-after-ms").parse().unwrap();
+    assert!(
+        millis > 0 && millis <= seconds * 1000,
+        "{millis} ms vs {seconds} s"
+    );
+    assert!(millis > (seconds - 1) * 1000, "{millis} ms vs {seconds} s");
+}
+
+#[tokio::test]
+async fn an_exhausted_chain_tells_sdks_not_to_retry() {
+    let down = FakeUpstream::new("down")
+        .then(Behavior::status(500))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}{FAST_RETRY}",
+        provider("down", &down),
+        route("r", &[("down", "m")], "")
+    ))
+    .await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(header(&response, "x-should-retry"), "false");
+}
