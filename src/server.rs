@@ -604,8 +604,15 @@ async fn readyz(State(state): State<AppState>) -> Response {
     (code, body).into_response()
 }
 
-async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError::NotFound(uri.path().to_owned())
+async fn not_found(uri: axum::http::Uri) -> Response {
+    let path = uri.path();
+    // An Anthropic client that mistypes a path still gets an error its SDK can read.
+    let format = if path.starts_with("/v1/messages") {
+        crate::providers::ClientFormat::Anthropic
+    } else {
+        crate::providers::ClientFormat::OpenAi
+    };
+    ApiError::NotFound(path.to_owned()).into_response_for(format)
 }
 
 async fn method_not_allowed() -> ApiError {

@@ -12,7 +12,8 @@ pub fn completion(id: &str, route: &str, content: &str) -> Bytes {
         "model": route,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": content},
+            // `refusal` is required (nullable) by OpenAI's schema; strict clients check it.
+            "message": {"role": "assistant", "content": content, "refusal": null},
             "logprobs": null,
             "finish_reason": "stop",
         }],

@@ -62,3 +62,36 @@ async fn an_exhausted_chain_tells_sdks_not_to_retry() {
     assert_eq!(response.status(), 503);
     assert_eq!(header(&response, "x-should-retry"), "false");
 }
+
+#[tokio::test]
+async fn the_degraded_answer_has_the_fields_openais_schema_requires() {
+    let down = FakeUpstream::new("down")
+        .then(Behavior::status(500))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}{FAST_RETRY}",
+        provider("down", &down),
+        route("r", &[("down", "m")], "degraded = { content = \"later\" }")
+    ))
+    .await;
+    let body: serde_json::Value = post(&gateway, &chat("r")).await.json().await.unwrap();
+    let message = &body["choices"][0]["message"];
+    assert_eq!(message["content"], "later");
+    assert!(
+        message.get("refusal").is_some_and(|r| r.is_null()),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_404_under_an_anthropic_path_is_in_anthropics_shape() {
+    let up = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&provider("up", &up)).await;
+    let response = post_to(&gateway, "/v1/messages/no-such-thing", &message("m", false)).await;
+    assert_eq!(response.status(), 404);
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "not_found_error", "{body}");
+}
