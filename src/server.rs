@@ -13,6 +13,7 @@ mod error;
 mod flood;
 mod listener;
 mod messages;
+mod models;
 mod readiness;
 mod scorecard;
 mod startup;
@@ -258,7 +259,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/messages", post(messages::messages))
         .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/v1/models", get(models))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{*id}", get(models::one))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
     let routes = if state.config.server.admin_listen.is_none() {
@@ -510,32 +512,7 @@ impl Gateway {
     }
 }
 
-/// What the caller may use: the routes and their steps' `provider/model` names that
-/// `[auth] direct_models`, the caller's role and its key allow.
-async fn models(
-    State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let caller = state.directory.authenticate(&headers).map_err(|_| {
-        ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
-    })?;
-    let mut ids: Vec<String> = state.routes.iter().map(|r| r.name.to_string()).collect();
-    for route in &state.routes {
-        for deployment in route.steps.iter().flat_map(|s| &s.deployments) {
-            let direct = format!("{}/{}", deployment.provider, deployment.model);
-            if !ids.contains(&direct) {
-                ids.push(direct);
-            }
-        }
-    }
-    let data: Vec<_> = ids
-        .into_iter()
-        .filter(|id| caller.may_use(&state.config, id).is_ok())
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "switchyard"}))
-        .collect();
-    Ok(Json(json!({"object": "list", "data": data})))
-}
-
+/// `/metrics` in the Prometheus text format.
 async fn metrics(_: admin::Observer, State(state): State<AppState>) -> Response {
     admin::breakers::export(&state);
     let unreadable = i64::try_from(state.keys.unreadable_rows()).unwrap_or(i64::MAX);

@@ -95,3 +95,33 @@ async fn a_404_under_an_anthropic_path_is_in_anthropics_shape() {
     assert_eq!(body["type"], "error", "{body}");
     assert_eq!(body["error"]["type"], "not_found_error", "{body}");
 }
+
+#[tokio::test]
+async fn one_model_can_be_retrieved_by_its_id() {
+    let up = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &up),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    for id in ["r", "up/m"] {
+        let response = client()
+            .get(format!("{}/v1/models/{id}", gateway.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{id}");
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            (body["id"].as_str(), body["object"].as_str()),
+            (Some(id), Some("model"))
+        );
+    }
+    let missing = client()
+        .get(format!("{}/v1/models/nope", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}
