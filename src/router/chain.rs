@@ -95,6 +95,9 @@ pub struct ChainRun<T> {
     pub answered_by: Option<Deployment>,
     /// The served attempt's breaker verdict, when the attempter leaves it for later.
     pub verdict: Option<PendingVerdict>,
+    /// The shortest wait a rate-limited attempt asked for (`retry-after`, or a second when it
+    /// named none): what the client is told when every step was rate-limited.
+    pub rate_limited_wait: Option<Duration>,
 }
 
 impl<T> ChainRun<T> {
@@ -155,6 +158,7 @@ pub async fn run_chain<A: Attempter>(
             upstream_time: Duration::ZERO,
             answered_by: None,
             verdict: None,
+            rate_limited_wait: None,
         },
         total_attempts: 0,
     };
@@ -318,6 +322,11 @@ impl<T> Walk<'_, T> {
             Action::Retry { after } => after.filter(|after| !after.is_zero()),
             _ => None,
         };
+        if class == FailureClass::RateLimited {
+            let wait = bench.unwrap_or(Duration::from_secs(1));
+            let shortest = self.run.rate_limited_wait.map_or(wait, |w| w.min(wait));
+            self.run.rate_limited_wait = Some(shortest);
+        }
         let key = permit.key.clone();
         permit.finish(verdict, sample, bench, self.inputs.caller);
 
@@ -379,6 +388,21 @@ fn record(
 
 fn skipped(index: usize, deployment: &Deployment, class: FailureClass) -> AttemptRecord {
     record(index, deployment, Some(class), None, Duration::ZERO)
+}
+
+/// The wait to tell the client when every attempt was refused by a provider's rate limit (or
+/// skipped while benched for one): then a 429 with it says more than a 503.
+pub fn rate_limited_everywhere<T>(run: &ChainRun<T>) -> Option<Duration> {
+    let wait = run.rate_limited_wait?;
+    run.attempts
+        .iter()
+        .all(|a| {
+            matches!(
+                a.failure,
+                Some(FailureClass::RateLimited | FailureClass::Benched)
+            )
+        })
+        .then_some(wait)
 }
 
 /// One line per step for the 503's message: each step's last failure class, never a secret.

@@ -25,7 +25,7 @@ use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
 use crate::router::breaker::CallerTag;
-use crate::router::chain::{ChainInputs, describe_failures};
+use crate::router::chain::{ChainInputs, describe_failures, rate_limited_everywhere};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, RouteError, resolve_route, run_chain};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
@@ -347,7 +347,16 @@ fn exhausted<T>(
         .as_ref()
         .filter(|_| request.operation == Operation::Chat);
     let Some(content) = degraded else {
-        let error = ApiError::AllStepsFailed(describe_failures(&run.attempts));
+        let failures = describe_failures(&run.attempts);
+        // Rate-limited everywhere: a 429 with the soonest retry lets the client's SDK wait
+        // and retry as it does for any rate limit, where a 503 would not.
+        let error = match rate_limited_everywhere(&run) {
+            Some(retry_after) => ApiError::UpstreamRateLimited {
+                failures,
+                retry_after,
+            },
+            None => ApiError::AllStepsFailed(failures),
+        };
         guard.record().error = Some(error.kind().into());
         let response = error.into_response_for(request.format);
         return finish(response, route, &run, None, guard);

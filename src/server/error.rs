@@ -10,8 +10,26 @@ use crate::providers::{self, ClientFormat};
 
 /// Whole seconds to wait, rounded up: a client that waits this long will be admitted.
 fn retry_after_secs(refusal: &Refusal) -> u64 {
-    let wait = refusal.retry_after;
+    secs_up(refusal.retry_after)
+}
+
+/// Whole seconds, rounded up, at least 1: what `retry-after` can say.
+fn secs_up(wait: std::time::Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+/// `retry-after` and `retry-after-ms` for a wait.
+fn retry_headers(headers: &mut axum::http::HeaderMap, wait: std::time::Duration) {
+    headers.insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(secs_up(wait)),
+    );
+    // One SDK ignores a `retry-after` of 60 s or more; the milliseconds it reads too.
+    let millis = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    headers.insert(
+        "retry-after-ms",
+        axum::http::HeaderValue::from(millis.max(1)),
+    );
 }
 
 /// Every way the gateway itself refuses or fails a request.
@@ -44,6 +62,11 @@ pub enum ApiError {
     LogFull,
     #[error("all steps failed: {0}")]
     AllStepsFailed(String),
+    #[error("every step is rate-limited by its provider (retry after {}s): {failures}", secs_up(*.retry_after))]
+    UpstreamRateLimited {
+        failures: String,
+        retry_after: std::time::Duration,
+    },
     #[error("no route matches {0}")]
     NotFound(String),
     #[error("method not allowed")]
@@ -70,7 +93,9 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited(_) | ApiError::UpstreamRateLimited { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::AllStepsFailed(_)
             | ApiError::LimitsUnavailable
             | ApiError::Busy(_)
@@ -101,6 +126,7 @@ impl ApiError {
             ApiError::LimitsUnavailable => "limits_unavailable",
             ApiError::LogFull => "log_full",
             ApiError::AllStepsFailed(_) => "all_steps_failed",
+            ApiError::UpstreamRateLimited { .. } => "upstream_rate_limited",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Missing(_) => "not_found",
@@ -113,7 +139,7 @@ impl ApiError {
         match self {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
-            ApiError::RateLimited(_) => "rate_limit_error",
+            ApiError::RateLimited(_) | ApiError::UpstreamRateLimited { .. } => "rate_limit_error",
             ApiError::AllStepsFailed(_)
             | ApiError::LimitsUnavailable
             | ApiError::Busy(_)
@@ -167,17 +193,10 @@ impl ApiError {
         }
         if let ApiError::RateLimited(refusal) = &self {
             super::admission::add_rate_headers(&mut response, &refusal.headers);
-            let headers = response.headers_mut();
-            headers.insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(retry_after_secs(refusal)),
-            );
-            // One SDK ignores a `retry-after` of 60 s or more; the milliseconds it reads too.
-            let millis = u64::try_from(refusal.retry_after.as_millis()).unwrap_or(u64::MAX);
-            headers.insert(
-                "retry-after-ms",
-                axum::http::HeaderValue::from(millis.max(1)),
-            );
+            retry_headers(response.headers_mut(), refusal.retry_after);
+        }
+        if let ApiError::UpstreamRateLimited { retry_after, .. } = &self {
+            retry_headers(response.headers_mut(), *retry_after);
         }
         if let ApiError::AllStepsFailed(_) = &self {
             // The chain already spent the retries and the deadline: an SDK retrying on its

@@ -125,3 +125,46 @@ async fn one_model_can_be_retrieved_by_its_id() {
         .unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+#[tokio::test]
+async fn rate_limited_at_every_step_is_a_429_with_the_soonest_retry() {
+    let slow = FakeUpstream::new("slow")
+        .then(Behavior::status(429).header("retry-after", "30"))
+        .start()
+        .await
+        .unwrap();
+    let soon = FakeUpstream::new("soon")
+        .then(Behavior::status(429).header("retry-after", "7"))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}{}[retry]\nattempts_per_step = 1\n",
+        provider("slow", &slow),
+        provider("soon", &soon),
+        route("r", &[("slow", "m"), ("soon", "m")], "")
+    ))
+    .await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(response.status(), 429);
+    assert_eq!(header(&response, "retry-after"), "7");
+    assert_eq!(header(&response, "retry-after-ms"), "7000");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+    assert_eq!(body["error"]["code"], "upstream_rate_limited", "{body}");
+
+    // One step rate-limited and one broken is still the gateway's 503.
+    let broken = FakeUpstream::new("broken")
+        .then(Behavior::status(500))
+        .start()
+        .await
+        .unwrap();
+    let mixed = super::support::gateway(&format!(
+        "{}{}{}[retry]\nattempts_per_step = 1\n",
+        provider("soon", &soon),
+        provider("broken", &broken),
+        route("r", &[("soon", "m"), ("broken", "m")], "")
+    ))
+    .await;
+    assert_eq!(post(&mixed, &chat("r")).await.status(), 503);
+}
