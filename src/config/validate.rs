@@ -438,16 +438,21 @@ fn backoff(errors: &mut Errors, raw: &RawRetry) -> Backoff {
     })
 }
 
+/// Every error `text` gives, as `field: message` lines; panics when it is valid. For the
+/// tests of each part of validation.
+#[cfg(test)]
+pub(crate) fn errors_of(text: &str) -> Vec<String> {
+    match Config::parse(text) {
+        Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
+        other => panic!("expected errors, got {other:?}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
+    use crate::config::Config;
 
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text) {
-            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
-            other => panic!("expected errors, got {other:?}"),
-        }
-    }
+    use crate::config::validate::errors_of as errors;
 
     const PROVIDERS: &str = r#"
 [[providers]]

@@ -41,14 +41,9 @@ pub(super) fn role_models(
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError, DirectModels, ModelPattern};
+    use crate::config::{Config, DirectModels, ModelPattern};
 
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text) {
-            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
-            other => panic!("expected errors, got {other:?}"),
-        }
-    }
+    use crate::config::validate::errors_of as errors;
 
     #[test]
     fn direct_models_is_a_flag_or_a_list_of_provider_patterns() {

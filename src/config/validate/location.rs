@@ -18,14 +18,8 @@ pub(super) fn located(text: &str, error: &toml::de::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
 
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text) {
-            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
-            other => panic!("expected errors, got {other:?}"),
-        }
-    }
+    use crate::config::validate::errors_of as errors;
 
     #[test]
     fn a_syntax_error_points_at_its_line_and_column() {

@@ -104,14 +104,9 @@ pub(super) fn step(errors: &mut Errors, path: &str, raw: RawStep, providers: &[P
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
+    use crate::config::Config;
 
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text) {
-            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
-            other => panic!("expected errors, got {other:?}"),
-        }
-    }
+    use crate::config::validate::errors_of as errors;
 
     const PROVIDERS: &str = r#"
 [[providers]]

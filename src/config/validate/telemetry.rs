@@ -186,17 +186,12 @@ pub fn prices(errors: &mut Errors, raw: Vec<RawPrice>, providers: &[Provider]) -
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, ConfigError};
+    use crate::config::Config;
 
     const PROVIDER: &str =
         "[[providers]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n";
 
-    fn errors(text: &str) -> Vec<String> {
-        match Config::parse(text) {
-            Err(ConfigError::Invalid(errors)) => errors.iter().map(|e| e.to_string()).collect(),
-            other => panic!("expected errors, got {other:?}"),
-        }
-    }
+    use crate::config::validate::errors_of as errors;
 
     #[test]
     fn defaults_and_a_priced_model() {
