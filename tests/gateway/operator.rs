@@ -27,6 +27,13 @@ impl Drop for TempDir {
     }
 }
 
+/// Writes `text` as `switchyard.toml` in `home`; its path.
+fn write_config(home: &TempDir, text: &str) -> PathBuf {
+    let config = home.0.join("switchyard.toml");
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
 fn run(cwd: &Path, args: &[&str]) -> std::process::Output {
     Command::new(BIN)
         .current_dir(cwd)
@@ -161,23 +168,14 @@ fn a_token_file_others_can_read_is_refused_before_listening() {
 #[test]
 fn serve_says_nothing_of_listening_when_the_store_cannot_open() {
     let home = TempDir::new();
-    let config = home.0.join("switchyard.toml");
-    std::fs::write(
-        &config,
+    write_config(
+        &home,
         "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"sqlite://no/such/dir/x.db\"\n",
-    )
-    .unwrap();
+    );
     let out = run(&home.0, &["serve", "--config", "switchyard.toml"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot open the store"), "{stderr}");
-    let check = run(&home.0, &["check", "--config", "switchyard.toml"]);
-    assert_eq!(
-        check.status.code(),
-        Some(1),
-        "check refuses what serve cannot open"
-    );
-    assert!(String::from_utf8_lossy(&check.stderr).contains("does not exist"));
     assert!(!stderr.contains("listening"), "{stderr}");
     // One cause, said once.
     assert_eq!(
@@ -185,17 +183,22 @@ fn serve_says_nothing_of_listening_when_the_store_cannot_open() {
         1,
         "{stderr}"
     );
+    let check = run(&home.0, &["check", "--config", "switchyard.toml"]);
+    assert_eq!(
+        check.status.code(),
+        Some(1),
+        "check refuses what serve cannot open"
+    );
+    assert!(String::from_utf8_lossy(&check.stderr).contains("does not exist"));
 }
 
 #[test]
 fn check_refuses_what_serve_would_refuse_and_points_at_the_line() {
     let home = TempDir::new();
-    let config = home.0.join("switchyard.toml");
-    std::fs::write(
-        &config,
+    let config = write_config(
+        &home,
         "[store]\nurl = \"mysql://db\"\n[limits]\nredis_url = \"http://x\"\n",
-    )
-    .unwrap();
+    );
     let out = run(&home.0, &["check", "--config", "switchyard.toml"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
