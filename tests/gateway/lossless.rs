@@ -36,7 +36,8 @@ enum Kind {
     Success,
     Fallback,
     Degraded,
-    /// A key whose role allows 50 a minute; 100 of these are sent.
+    /// A key whose role allows 50 in a sliding minute (no calendar boundary to straddle); 100
+    /// of these are sent.
     Limited,
     /// A stream the client drops after its first chunk.
     Disconnect,
@@ -71,7 +72,7 @@ async fn a_thousand_mixed_requests_are_exactly_a_thousand_rows() {
     // The bad keys all come from one address: an allowance above their count keeps a row each.
     let config = format!(
         "[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 1000\n\
-         [[roles]]\nname = \"free\"\n[[roles]]\nname = \"tight\"\nrequests_per_minute = 50\n\
+         [[roles]]\nname = \"free\"\n[[roles]]\nname = \"tight\"\nrequests_per_minute = 50\nwindow = \"sliding\"\n\
          [retry]\nattempts_per_step = 1\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n\
          [breaker]\nconsecutive_failures = 100000\nmin_requests = 100000\n{}{}{}{}{}{}{}",
         provider("good", &good),
