@@ -321,6 +321,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_expired_key_is_refused_even_where_auth_is_optional() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut issued = issue(request()).unwrap();
+        issued.record.expires_ms = Some(now_ms() - 1);
+        store
+            .insert_virtual_key(issued.record.clone())
+            .await
+            .unwrap();
+        let directory = Directory::load(store, false, "guest").await.unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            format!("Bearer {}", issued.key).parse().unwrap(),
+        );
+        match directory.authenticate(&headers) {
+            Err(AuthFailure::Expired(key)) => assert_eq!(key.id, issued.record.id),
+            other => panic!("expected an expiry, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn optional_auth_ignores_unknown_keys() {
         let store = Store::open("sqlite::memory:").await.unwrap();
         let directory = Directory::load(store, false, "guest").await.unwrap();
