@@ -6,69 +6,20 @@
 //! Keys are addressed by id, never by the key itself, so a secret never ends up in a URL.
 //! Revoking is idempotent: revoking a revoked key answers 200 with the key as it stands.
 
-use std::time::Duration;
+mod body;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::Admin;
 use super::keys::reload;
-use crate::auth::{Invalid, KeyRequest, issue, validate};
-use crate::config::parse_duration;
-use crate::keys::provider_keys::MAX_EXPIRES_IN_DAYS;
+use crate::auth::issue;
 use crate::server::{ApiError, AppState};
-use crate::store::{LimitOverrides, StoreError, VirtualKey, now_ms};
-
-/// `POST /admin/virtual-keys`'s body.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CreateKey {
-    user: String,
-    role: String,
-    #[serde(default)]
-    permissions: Vec<String>,
-    /// Routes and `provider/model` patterns; all when absent or null.
-    models: Option<Vec<String>>,
-    requests_per_minute: Option<u64>,
-    tokens_per_minute: Option<u64>,
-    max_concurrent: Option<u64>,
-    /// A duration such as `"30d"`.
-    expires_in: Option<String>,
-    /// Milliseconds since the epoch.
-    expires_ms: Option<i64>,
-}
-
-/// `PATCH /admin/virtual-keys/{id}`'s body: what it names changes, the rest stays. A null
-/// clears: `models` to all, a limit to the role's, `expires_ms` to never.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpdateKey {
-    role: Option<String>,
-    permissions: Option<Vec<String>>,
-    #[serde(default, deserialize_with = "present")]
-    models: Option<Option<Vec<String>>>,
-    #[serde(default, deserialize_with = "present")]
-    requests_per_minute: Option<Option<u64>>,
-    #[serde(default, deserialize_with = "present")]
-    tokens_per_minute: Option<Option<u64>>,
-    #[serde(default, deserialize_with = "present")]
-    max_concurrent: Option<Option<u64>>,
-    expires_in: Option<String>,
-    #[serde(default, deserialize_with = "present")]
-    expires_ms: Option<Option<i64>>,
-}
-
-/// Tells a field that is null (`Some(None)`) from one that is absent (`None`, by default).
-fn present<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(deserializer).map(Some)
-}
+use crate::store::{StoreError, VirtualKey, now_ms};
+use body::{CreateKey, UpdateKey, parse};
 
 /// Issues a key; the answer carries it whole as `secret`, the only time it is shown.
 pub async fn create(
@@ -78,19 +29,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let body: CreateKey = parse(&body)?;
     let now = now_ms();
-    let expires_ms = expiry(body.expires_in.as_deref(), body.expires_ms, now)?;
-    let request = KeyRequest {
-        user: body.user,
-        role: body.role,
-        permissions: body.permissions,
-        models: body.models,
-        limits: LimitOverrides {
-            requests_per_minute: body.requests_per_minute,
-            tokens_per_minute: body.tokens_per_minute,
-            max_concurrent: body.max_concurrent,
-        },
-    };
-    request.validate(&state.config).map_err(refused)?;
+    let (request, expires_ms) = body.into_request(&state.config, now)?;
     let mut issued = issue(request).map_err(|e| {
         tracing::error!(error = %e, "cannot draw random bytes for a virtual key");
         ApiError::Internal("cannot make a key: the system's random source failed")
@@ -140,59 +79,7 @@ pub async fn update(
         return Err(revoked(&id));
     }
     let now = now_ms();
-    let config = &state.config;
-    let mut changed = false;
-    if let Some(role) = body.role {
-        validate::role(config, &role).map_err(refused)?;
-        key.role = role;
-        changed = true;
-    }
-    if let Some(permissions) = body.permissions {
-        validate::permissions(&permissions).map_err(refused)?;
-        key.permissions = permissions;
-        changed = true;
-    }
-    if let Some(models) = body.models {
-        if let Some(models) = &models {
-            validate::models(config, models).map_err(refused)?;
-        }
-        key.models = models;
-        changed = true;
-    }
-    let limits = [
-        (
-            body.requests_per_minute,
-            &mut key.limits.requests_per_minute,
-        ),
-        (body.tokens_per_minute, &mut key.limits.tokens_per_minute),
-        (body.max_concurrent, &mut key.limits.max_concurrent),
-    ];
-    for (new, limit) in limits {
-        if let Some(new) = new {
-            *limit = new;
-            changed = true;
-        }
-    }
-    validate::limits(&key.limits).map_err(refused)?;
-    match (body.expires_in.as_deref(), body.expires_ms) {
-        (None, None) => {}
-        (None, Some(None)) => {
-            key.expires_ms = None;
-            changed = true;
-        }
-        (Some(_), Some(_)) => return Err(both_expiries()),
-        (expires_in, expires_ms) => {
-            key.expires_ms = expiry(expires_in, expires_ms.flatten(), now)?;
-            changed = true;
-        }
-    }
-    if !changed {
-        return Err(invalid(
-            None,
-            "the body changes nothing: give one or more of role, permissions, models, \
-             requests_per_minute, tokens_per_minute, max_concurrent, expires_in, expires_ms",
-        ));
-    }
+    body.apply(&mut key, &state.config, now)?;
     if !state
         .store
         .update_virtual_key(key.clone())
@@ -257,72 +144,6 @@ async fn find(state: &AppState, id: &str) -> Result<VirtualKey, ApiError> {
     keys.into_iter()
         .find(|k| k.id == id)
         .ok_or_else(|| ApiError::Missing(format!("no virtual key has id `{id}`")))
-}
-
-/// When a key given `expires_in` or `expires_ms` expires: in the future, at most a hundred
-/// years ahead (as provider keys).
-fn expiry(
-    expires_in: Option<&str>,
-    expires_ms: Option<i64>,
-    now: i64,
-) -> Result<Option<i64>, ApiError> {
-    let max = Duration::from_secs(MAX_EXPIRES_IN_DAYS * 86_400);
-    // Whole milliseconds of a hundred years: far inside an i64.
-    let max_ms = i64::try_from(max.as_millis()).unwrap_or(i64::MAX);
-    match (expires_in, expires_ms) {
-        (None, None) => Ok(None),
-        (Some(_), Some(_)) => Err(both_expiries()),
-        (Some(text), None) => {
-            let wait = parse_duration(text).map_err(|e| invalid(Some("expires_in"), &e))?;
-            if wait.is_zero() || wait > max {
-                return Err(invalid(
-                    Some("expires_in"),
-                    &format!("must be more than 0 and at most {MAX_EXPIRES_IN_DAYS}d"),
-                ));
-            }
-            let wait = i64::try_from(wait.as_millis()).unwrap_or(max_ms);
-            Ok(Some(now.saturating_add(wait)))
-        }
-        (None, Some(at)) if at <= now => Err(invalid(
-            Some("expires_ms"),
-            &format!("{at} lies in the past (now is {now}); to stop a key now, revoke it"),
-        )),
-        (None, Some(at)) if at - now > max_ms => Err(invalid(
-            Some("expires_ms"),
-            &format!("must be at most {MAX_EXPIRES_IN_DAYS} days ahead"),
-        )),
-        (None, Some(at)) => Ok(Some(at)),
-    }
-}
-
-/// Parses a JSON body; the error says what is wrong (unknown fields included). Bodies here
-/// carry no secret, so quoting them is safe.
-fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::InvalidRequest {
-        message: format!("the body is not a valid request: {e}"),
-        param: None,
-    })
-}
-
-fn both_expiries() -> ApiError {
-    invalid(
-        Some("expires_in"),
-        "give expires_in or expires_ms, not both",
-    )
-}
-
-fn refused(error: Invalid) -> ApiError {
-    ApiError::InvalidRequest {
-        message: error.to_string(),
-        param: Some(error.field),
-    }
-}
-
-fn invalid(param: Option<&'static str>, message: &str) -> ApiError {
-    ApiError::InvalidRequest {
-        message: message.to_owned(),
-        param,
-    }
 }
 
 fn revoked(id: &str) -> ApiError {
