@@ -16,13 +16,23 @@ const TOKEN: &str = "admin-token-for-virtual-keys";
 /// Auth required; role `ae` may use everything, role `ops` only route `r`; route `r` =
 /// primary/model-a and route `other` = secondary/model-c; the admin API on with [`TOKEN`].
 async fn keyed_gateway(primary: &FakeHandle, secondary: &FakeHandle) -> Gateway {
-    let config = test_config(&format!(
-        "[auth]\nrequired = true\n[[roles]]\nname = \"ae\"\n[[roles]]\nname = \"ops\"\nmodels = [\"r\"]\n{}{}{}{}",
+    start(&config_text(primary, secondary, "")).await
+}
+
+/// The config [`keyed_gateway`] runs, then `extra`.
+fn config_text(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
+    format!(
+        "[auth]\nrequired = true\n[[roles]]\nname = \"ae\"\n[[roles]]\nname = \"ops\"\nmodels = [\"r\"]\n{}{}{}{}{extra}",
         provider("primary", primary),
         provider("secondary", secondary),
         route("r", &[("primary", "model-a")], ""),
         route("other", &[("secondary", "model-c")], ""),
-    ));
+    )
+}
+
+/// A gateway of `text` with the admin API on with [`TOKEN`].
+async fn start(text: &str) -> Gateway {
+    let config = test_config(text);
     let options = StartOptions {
         admin_token: Some(Secret::new(TOKEN)),
         ..StartOptions::default()
@@ -417,4 +427,83 @@ async fn an_expired_key_is_refused_with_a_401_and_a_log_row() {
     )
     .await;
     assert_eq!(shown["expires_ms"], Value::Null, "never expires");
+
+    // An expiry set over the API a moment ahead takes hold by itself, with no reload.
+    let soon = now_ms() + 200;
+    let (_, key) = create(
+        &gateway,
+        json!({"user": "bo", "role": "ae", "expires_ms": soon}),
+    )
+    .await;
+    let refused = async {
+        while call(&gateway, &key, "r").await != 401 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), refused)
+        .await
+        .expect("the key is refused once its expiry passes");
+    assert!(now_ms() >= soon);
+}
+
+#[tokio::test]
+async fn the_cli_and_the_api_share_keys_and_refuse_the_same_requests() {
+    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let dir = std::env::temp_dir().join(format!("switchyard-vkeys-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = format!(
+        "[store]\nurl = \"sqlite://{}\"\n",
+        dir.join("store.db").display()
+    );
+    let text = config_text(&primary, &secondary, &store);
+    let config = dir.join("switchyard.toml");
+    std::fs::write(&config, &text).unwrap();
+    let gateway = start(&text).await;
+    let cli = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["vkeys"])
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap()
+    };
+
+    let refused = cli(&[
+        "create", "--user", "cli", "--role", "ae", "--models", "nowhere",
+    ]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("models") && said.contains("`nowhere`"),
+        "{said}"
+    );
+
+    let created = cli(&["create", "--user", "cli", "--role", "ae", "--models", "r"]);
+    assert!(created.status.success(), "{created:?}");
+    let key = String::from_utf8(created.stdout).unwrap().trim().to_owned();
+    gateway.keys_current().await;
+    assert_eq!(call(&gateway, &key, "r").await, 200, "a CLI key works");
+    let (_, listed) = admin(&gateway, Method::GET, "/admin/virtual-keys", None).await;
+    let shown = &listed["virtual_keys"][0];
+    assert_eq!(
+        (&shown["user"], &shown["models"]),
+        (&json!("cli"), &json!(["r"]))
+    );
+    assert_eq!(shown["key"], format!("{}…", &key[..11]));
+
+    let path = format!("/admin/virtual-keys/{}", shown["id"].as_str().unwrap());
+    let (status, _) = admin(&gateway, Method::DELETE, &path, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(call(&gateway, &key, "r").await, 401, "revoked over HTTP");
+    let listed = cli(&["list"]);
+    let table = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        table.contains("revoked") && !table.contains(&key[11..]),
+        "{table}"
+    );
+
+    gateway.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }
