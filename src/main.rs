@@ -470,11 +470,7 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             max_concurrent,
         } => {
             let config = load(&config)?;
-            if role != config.auth.default_role && !config.roles.iter().any(|r| r.name == role) {
-                anyhow::bail!("role `{role}` is not defined in [[roles]]");
-            }
-            let store = Store::open(&config.store.url).await?;
-            let issued = issue(KeyRequest {
+            let request = KeyRequest {
                 user,
                 role,
                 permissions,
@@ -484,7 +480,11 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
                     tokens_per_minute,
                     max_concurrent,
                 },
-            })?;
+            };
+            // The admin API's checks, so the CLI and HTTP refuse the same keys.
+            request.validate(&config)?;
+            let store = Store::open(&config.store.url).await?;
+            let issued = issue(request)?;
             store.insert_virtual_key(issued.record.clone()).await?;
             eprintln!(
                 "created key {} for user {}; it is shown only this once:",

@@ -304,6 +304,16 @@ fn admin_routes() -> Router<AppState> {
             "/admin/keys/{provider}/{id}",
             axum::routing::delete(admin::keys::remove),
         )
+        .route(
+            "/admin/virtual-keys",
+            get(admin::virtual_keys::list).post(admin::virtual_keys::create),
+        )
+        .route(
+            "/admin/virtual-keys/{id}",
+            get(admin::virtual_keys::get)
+                .patch(admin::virtual_keys::update)
+                .delete(admin::virtual_keys::revoke),
+        )
 }
 
 fn finish_router(routes: Router<AppState>, state: AppState) -> Router {

@@ -51,12 +51,30 @@ pub struct VirtualKey {
     pub limits: LimitOverrides,
     pub created_ms: i64,
     pub revoked_ms: Option<i64>,
+    /// When the key stops working; `None` for never.
+    pub expires_ms: Option<i64>,
 }
 
 impl VirtualKey {
     /// Whether the key carries a permission such as `debug`.
     pub fn has_permission(&self, permission: &str) -> bool {
         self.permissions.iter().any(|p| p == permission)
+    }
+
+    /// Whether the key has expired by `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.expires_ms.is_some_and(|at| at <= now_ms)
+    }
+
+    /// `revoked`, `expired` or `active`, as lists show it.
+    pub fn state(&self, now_ms: i64) -> &'static str {
+        if self.revoked_ms.is_some() {
+            "revoked"
+        } else if self.expired(now_ms) {
+            "expired"
+        } else {
+            "active"
+        }
     }
 
     /// The key as `vkeys list` shows it.
@@ -155,6 +173,14 @@ impl Store {
     pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.revoke_virtual_key(key_or_id).await,
+        }
+    }
+
+    /// Replaces a live key's role, permissions, models, limits and expiry (matched by id;
+    /// the rest of `key` is ignored); false when no live key has that id.
+    pub async fn update_virtual_key(&self, key: VirtualKey) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.update_virtual_key(key).await,
         }
     }
 

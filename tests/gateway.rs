@@ -32,4 +32,5 @@ mod gateway {
     mod stream_ends;
     mod streaming;
     pub mod telemetry;
+    mod virtual_keys;
 }

@@ -7,6 +7,7 @@
 
 pub mod breakers;
 pub mod keys;
+pub mod virtual_keys;
 
 use axum::extract::FromRequestParts;
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};

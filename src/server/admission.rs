@@ -27,6 +27,13 @@ pub fn authenticate(
                 ApiError::Unauthorized("a virtual key is required: send Authorization: Bearer sy-…")
             }
             AuthFailure::Invalid => ApiError::Unauthorized("the virtual key is unknown or revoked"),
+            AuthFailure::Expired(key) => {
+                // The row names whose key it was, so an operator sees why a user is refused.
+                let record = guard.record();
+                record.user = Some(key.user.clone());
+                record.key_id = Some(key.id.clone());
+                ApiError::Unauthorized("the virtual key has expired")
+            }
         })?;
     let record = guard.record();
     record.user = Some(caller.user.to_string());

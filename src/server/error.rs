@@ -73,6 +73,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{0}")]
     Missing(String),
+    /// The request contradicts the resource's state (a change to a revoked key).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Internal(&'static str),
     /// Too much of one kind of work at once; retrying in a moment helps.
@@ -101,6 +104,7 @@ impl ApiError {
             | ApiError::Busy(_)
             | ApiError::LogFull => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
     }
 
@@ -130,6 +134,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Missing(_) => "not_found",
+            ApiError::Conflict(_) => "conflict",
             ApiError::Internal(_) => "internal_error",
             ApiError::Busy(_) => "busy",
         }

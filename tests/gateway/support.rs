@@ -241,3 +241,21 @@ pub async fn metrics_text(base: &str, token: &str) -> String {
         .await
         .expect("a text body")
 }
+
+/// Calls the admin API of `gateway` with `token` (none: no `Authorization` header).
+pub async fn admin_request(
+    gateway: &Gateway,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
+    let mut request = client().request(method, format!("{}{path}", gateway.admin_url()));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.expect("gateway answers")
+}
