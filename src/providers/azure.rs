@@ -23,7 +23,7 @@ impl Adapter for AzureAdapter {
         stream: bool,
     ) -> Result<reqwest::RequestBuilder, Rejection> {
         let body = openai::encode(request, target.model, stream)?;
-        let url = url(target, request.operation);
+        let url = url(target, request.operation)?;
         let mut builder = openai::post(target, url, body, stream);
         if let Some(key) = target.key {
             builder = builder.header("api-key", key.secret.expose());
@@ -49,10 +49,12 @@ impl Adapter for AzureAdapter {
     }
 }
 
-fn url(target: &Target<'_>, operation: Operation) -> String {
+fn url(target: &Target<'_>, operation: Operation) -> Result<String, Rejection> {
     let path = match operation {
         Operation::Chat => "chat/completions",
+        Operation::Completions => "completions",
         Operation::Embeddings => "embeddings",
+        Operation::CountTokens => return Err(super::only_for(operation)),
     };
     let mut url = format!(
         "{}/openai/deployments/{}/{path}",
@@ -61,7 +63,7 @@ fn url(target: &Target<'_>, operation: Operation) -> String {
     );
     url.push_str("?api-version=");
     url.push_str(&super::path_segment(&target.provider.api_version));
-    url
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -93,6 +95,7 @@ mod tests {
             format: ClientFormat::OpenAi,
             operation: Operation::Chat,
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
+            anthropic_beta: None,
         };
         let built = AzureAdapter
             .request(&target, &request, false)
