@@ -10,8 +10,11 @@
 //! - Dropped: `frequency_penalty`, `presence_penalty`, `seed`, `logit_bias`, `store`,
 //!   `metadata`, `service_tier`, `stream_options`, `prediction`, `reasoning_effort`, message
 //!   `name`s, and any field Anthropic has no counterpart for.
-//! - Rejected with a 400: `n` > 1, `logprobs`, `top_logprobs`, audio, JSON `response_format`s,
-//!   legacy `functions` / `function_call`, non-function tools, audio and file parts.
+//! - `response_format` `json_schema` → `output_config.format` `json_schema` (Anthropic's
+//!   structured outputs); `text` is the default and needs nothing.
+//! - Rejected with a 400: `n` > 1, `logprobs`, `top_logprobs`, audio, `response_format`
+//!   `json_object` (Anthropic constrains output only to a schema), legacy `functions` /
+//!   `function_call`, non-function tools, audio and file parts.
 
 use serde_json::{Map, Value, json};
 
@@ -57,10 +60,33 @@ pub fn from_openai(
         out.insert("metadata".into(), json!({"user_id": user}));
     }
     tools(request, &mut out)?;
+    if let Some(schema) = json_schema(request)? {
+        out.insert(
+            "output_config".into(),
+            json!({"format": {"type": "json_schema", "schema": schema}}),
+        );
+    }
     if stream {
         out.insert("stream".into(), json!(true));
     }
     Ok(out)
+}
+
+/// The schema of a `response_format` of type `json_schema`, when the request has one.
+fn json_schema(request: &Map<String, Value>) -> Result<Option<Value>, Rejection> {
+    let Some(format) = request.get("response_format") else {
+        return Ok(None);
+    };
+    if format.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Ok(None);
+    }
+    match format.pointer("/json_schema/schema") {
+        Some(schema) if schema.is_object() => Ok(Some(schema.clone())),
+        _ => Err(Rejection::new(
+            "response_format.json_schema.schema",
+            "a `json_schema` response format needs its schema (an object)",
+        )),
+    }
 }
 
 fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
@@ -91,11 +117,13 @@ fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> 
         .get("response_format")
         .and_then(|f| f.get("type"))
         .and_then(Value::as_str)
-        .filter(|t| *t != "text")
+        .filter(|t| !matches!(*t, "text" | "json_schema"))
     {
         return Err(Rejection::new(
             "response_format",
-            format!("`response_format` {format} cannot be sent to an Anthropic model"),
+            format!(
+                "`response_format` {format} cannot be sent to an Anthropic model: use `json_schema` with a schema"
+            ),
         ));
     }
     for legacy in ["functions", "function_call"] {
@@ -483,5 +511,21 @@ mod tests {
             base(json!({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})),
             Some("messages[0].content[0].type".into())
         );
+    }
+
+    #[test]
+    fn a_json_schema_response_format_is_anthropics_output_config() {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}},
+                            "required": ["name"], "additionalProperties": false});
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_schema",
+                                "json_schema": {"name": "person", "strict": true, "schema": schema}}});
+        let sent = encode(request).unwrap();
+        assert_eq!(
+            sent["output_config"],
+            json!({"format": {"type": "json_schema", "schema": schema}})
+        );
+        let text = json!({"model": "m", "messages": [], "response_format": {"type": "text"}});
+        assert!(encode(text).unwrap().get("output_config").is_none());
     }
 }

@@ -134,6 +134,8 @@ pub struct AnthropicSource {
     model: String,
     created: u64,
     usage: Usage,
+    /// Prompt tokens read from Anthropic's cache: OpenAI's `cached_tokens`.
+    cached: u64,
     /// Content block index → the OpenAI tool-call index it streams into.
     tool_calls: HashMap<u64, usize>,
     /// The stop reason came: a clean close from here on ends a whole answer.
@@ -163,8 +165,15 @@ impl AnthropicSource {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached},
         });
         chunk
+    }
+
+    fn read_cached(&mut self, usage: &Value) {
+        if let Some(cached) = usage.get("cache_read_input_tokens").and_then(Value::as_u64) {
+            self.cached = cached;
+        }
     }
 
     fn tool_delta(&self, index: usize, call: Value) -> Value {
@@ -189,6 +198,7 @@ impl ChunkSource for AnthropicSource {
                 self.created = unix_now();
                 if let Some(found) = message.get("usage") {
                     self.usage = usage(found);
+                    self.read_cached(found);
                 }
                 chunks.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
             }
@@ -234,6 +244,7 @@ impl ChunkSource for AnthropicSource {
             }
             "message_delta" => {
                 if let Some(found) = value.get("usage") {
+                    self.read_cached(found);
                     let delta = usage(found);
                     if delta.prompt_tokens > 0 {
                         self.usage.prompt_tokens = delta.prompt_tokens;
@@ -324,12 +335,61 @@ mod tests {
                 json!([{"tool_calls": [{"index": 0, "function": {"arguments": "{\"location\":"}}]}, null]),
                 json!([{"tool_calls": [{"index": 0, "function": {"arguments": " \"San Francisco, CA\"}"}}]}, null]),
                 json!([{}, "tool_calls"]),
-                json!({"prompt_tokens": 472, "completion_tokens": 89, "total_tokens": 561}),
+                json!({"prompt_tokens": 472, "completion_tokens": 89, "total_tokens": 561,
+                       "prompt_tokens_details": {"cached_tokens": 0}}),
                 json!("[DONE]"),
             ]
         );
         // The ping came through as a comment, which OpenAI's SDK skips.
         assert!(frames.iter().any(|f| f.starts_with(b": ping")));
+    }
+
+    #[test]
+    fn streamed_cache_reads_are_openais_cached_tokens() {
+        let mut events = tool_stream();
+        events[0] = event(
+            Some("message_start"),
+            r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","usage":{"input_tokens":10,"cache_creation_input_tokens":200,"cache_read_input_tokens":1800,"output_tokens":1},"content":[],"stop_reason":null}}"#,
+        );
+        let mut translator = Translating::new(AnthropicSource::default(), OpenAiSink::new(true));
+        let (frames, _, usage) = run(&mut translator, &events, false);
+        assert_eq!(usage.map(|u| u.prompt_tokens), Some(2010));
+        let last_usage = payloads(&frames)
+            .into_iter()
+            .filter_map(|p| p.get("usage").filter(|u| u.is_object()).cloned())
+            .next_back()
+            .unwrap();
+        assert_eq!(last_usage["prompt_tokens"], 2010);
+        assert_eq!(last_usage["prompt_tokens_details"]["cached_tokens"], 1800);
+    }
+
+    #[test]
+    fn thinking_and_signatures_pass_unchanged_to_anthropic_clients() {
+        let events: Vec<SseEvent> = [
+            ("message_start", r#"{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","usage":{"input_tokens":10,"output_tokens":1},"content":[],"stop_reason":null}}"#),
+            ("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}"#),
+            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me think."}}"#),
+            ("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"}}"#),
+            ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+            ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":9}}"#),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+        ]
+        .iter()
+        .map(|(name, data)| event(Some(name), data))
+        .collect();
+        let (frames, state, _) = run(&mut Passthrough::default(), &events, false);
+        assert_eq!(state, StreamState::Done);
+        let raw: Vec<_> = events.iter().map(|e| e.raw.clone()).collect();
+        assert_eq!(frames, raw);
+        // To an OpenAI client the thinking is not content.
+        let mut translator = Translating::new(AnthropicSource::default(), OpenAiSink::new(false));
+        let (frames, _, _) = run(&mut translator, &events, false);
+        let text: String = frames
+            .iter()
+            .map(|f| String::from_utf8_lossy(f).into_owned())
+            .collect();
+        assert!(!text.contains("Let me think."), "{text}");
+        assert!(!text.contains("EqQBCgIYAhIM"), "{text}");
     }
 
     #[test]

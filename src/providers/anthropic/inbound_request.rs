@@ -9,10 +9,17 @@
 //! - `max_tokens`, `temperature`, `top_p`, `stream` as they are; `stop_sequences` → `stop`;
 //!   `metadata.user_id` → `user`; `tools` → function tools; `tool_choice` (`auto`, `any`,
 //!   `tool`, `none`) and `disable_parallel_tool_use` → `tool_choice`, `parallel_tool_calls`.
-//! - Dropped: `top_k`, `thinking`, `service_tier`, thinking blocks, `cache_control`,
-//!   `is_error` on tool results, and fields OpenAI has no counterpart for.
-//! - Rejected with a 400: server tools (a `type` other than `custom`), `document` and other
-//!   non-text, non-image blocks, images inside tool results, `mcp_servers`, `container`.
+//! - Structured output: `output_config.format` (and the older beta `output_format`) of type
+//!   `json_schema` → `response_format` `json_schema` (strict, as Anthropic's always is);
+//!   `output_config.effort` → `reasoning_effort`.
+//! - Dropped, by design: `top_k` and `service_tier` (sampling and billing hints OpenAI has no
+//!   counterpart for), `thinking` and thinking blocks (the model's own scratchpad: another
+//!   model must not read it as text), `cache_control` (OpenAI caches prompts by itself), and
+//!   `is_error` on tool results.
+//! - Rejected with a 400 naming the field: every other top-level field (`mcp_servers`,
+//!   `container`, `context_management`, and any field added later), server tools (a `type`
+//!   other than `custom`), `document` and other non-text, non-image blocks, images inside tool
+//!   results, and assistant blocks other than text, tool use and thinking.
 
 use serde_json::{Map, Value, json};
 
@@ -20,13 +27,13 @@ use crate::providers::Rejection;
 
 /// Writes an Anthropic request as an OpenAI chat request (its `model` is set later).
 pub fn to_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
-    for field in ["mcp_servers", "container"] {
-        if request.contains_key(field) {
-            return Err(Rejection::new(
-                field,
-                format!("`{field}` is served by Anthropic only; this step is another provider"),
-            ));
-        }
+    if let Some(field) = request.keys().find(|f| !CARRIED.contains(&f.as_str())) {
+        return Err(Rejection::new(
+            field,
+            format!(
+                "`{field}` is served by Anthropic only, and this route's step is another provider"
+            ),
+        ));
     }
     let mut out = Map::new();
     out.insert(
@@ -80,7 +87,79 @@ pub fn to_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rej
         out.insert("user".into(), json!(user));
     }
     tools(request, &mut out)?;
+    output(request, &mut out)?;
     Ok(out)
+}
+
+/// The top-level fields this translation carries, or drops by design (see the module doc).
+const CARRIED: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "stop_sequences",
+    "metadata",
+    "tools",
+    "tool_choice",
+    "output_config",
+    "output_format",
+    "top_k",
+    "service_tier",
+    "thinking",
+];
+
+/// `output_config` and the older `output_format`: a JSON schema the answer must follow, and
+/// how much effort the model spends.
+fn output(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), Rejection> {
+    let mut format = request.get("output_format").map(|f| (f, "output_format"));
+    if let Some(config) = request.get("output_config") {
+        let Some(config) = config.as_object() else {
+            return Err(Rejection::new("output_config", "must be an object"));
+        };
+        for (key, value) in config {
+            match key.as_str() {
+                "format" => format = Some((value, "output_config.format")),
+                "effort" => {
+                    // OpenAI's highest effort is `xhigh`; Anthropic's `max` goes above it.
+                    let effort = match value.as_str() {
+                        Some("max") => json!("xhigh"),
+                        _ => value.clone(),
+                    };
+                    if !effort.is_null() {
+                        out.insert("reasoning_effort".into(), effort);
+                    }
+                }
+                other => {
+                    return Err(Rejection::new(
+                        &format!("output_config.{other}"),
+                        "has no counterpart at this route's step, which is another provider",
+                    ));
+                }
+            }
+        }
+    }
+    let Some((format, field)) = format.filter(|(f, _)| !f.is_null()) else {
+        return Ok(());
+    };
+    match (
+        format.get("type").and_then(Value::as_str),
+        format.get("schema"),
+    ) {
+        (Some("json_schema"), Some(schema)) => {
+            out.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": true}}),
+            );
+            Ok(())
+        }
+        _ => Err(Rejection::new(
+            &format!("{field}.type"),
+            "only a `json_schema` format with a `schema` can be sent to this route's step",
+        )),
+    }
 }
 
 /// The blocks of a turn's `content`: a string is one text block.
@@ -192,8 +271,17 @@ fn assistant_turn(turn: &Value, i: usize) -> Result<Value, Rejection> {
                     "arguments": block.get("input").unwrap_or(&json!({})).to_string(),
                 },
             })),
-            // Thinking is the model's own scratchpad; other models cannot read it.
-            _ => {}
+            // Thinking is the model's own scratchpad: another model must not read it as text.
+            Some("thinking" | "redacted_thinking") => {}
+            other => {
+                return Err(Rejection::new(
+                    &format!("messages.{i}.content.type"),
+                    format!(
+                        "`{}` blocks can only be sent to an Anthropic model",
+                        other.unwrap_or("?")
+                    ),
+                ));
+            }
         }
     }
     let mut message = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
@@ -341,6 +429,69 @@ mod tests {
                 {"type": "text", "text": "Describe these."}
             ])
         );
+    }
+
+    #[test]
+    fn structured_output_becomes_response_format_json_schema() {
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}},
+                            "required": ["name"], "additionalProperties": false});
+        for request in [
+            json!({"model": "m", "max_tokens": 10, "messages": [],
+                   "output_config": {"format": {"type": "json_schema", "schema": schema}}}),
+            json!({"model": "m", "max_tokens": 10, "messages": [],
+                   "output_format": {"type": "json_schema", "schema": schema}}),
+        ] {
+            assert_eq!(
+                translate(request).unwrap()["response_format"],
+                json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": true}})
+            );
+        }
+        let effort = json!({"model": "m", "max_tokens": 10, "messages": [],
+                            "output_config": {"effort": "low"}});
+        assert_eq!(translate(effort).unwrap()["reasoning_effort"], "low");
+        let unknown = json!({"model": "m", "max_tokens": 10, "messages": [],
+                             "output_config": {"format": {"type": "grammar"}}});
+        assert_eq!(
+            translate(unknown).unwrap_err().param,
+            Some("output_config.format.type".into())
+        );
+    }
+
+    #[test]
+    fn fields_without_a_counterpart_are_refused_by_name_not_dropped() {
+        for field in ["context_management", "mcp_servers", "container", "x_future"] {
+            let mut request = json!({"model": "m", "max_tokens": 10, "messages": []});
+            request[field] = json!({});
+            assert_eq!(
+                translate(request).unwrap_err().param,
+                Some(field.into()),
+                "{field}"
+            );
+        }
+        let server_tool_result = json!({"model": "m", "max_tokens": 10, "messages": [
+            {"role": "assistant", "content": [{"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}}]}
+        ]});
+        assert_eq!(
+            translate(server_tool_result).unwrap_err().param,
+            Some("messages.0.content.type".into())
+        );
+    }
+
+    #[test]
+    fn thinking_is_never_replayed_as_text_to_another_provider() {
+        let request = json!({"model": "m", "max_tokens": 10, "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "messages": [{"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "secret chain of thought", "signature": "sig"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "Answer."}
+        ]}]});
+        let sent = translate(request).unwrap();
+        assert_eq!(
+            sent["messages"],
+            json!([{"role": "assistant", "content": "Answer."}])
+        );
+        assert!(!sent.to_string().contains("secret chain of thought"));
+        assert!(sent.get("thinking").is_none());
     }
 
     #[test]

@@ -115,16 +115,21 @@ fn finish_reason(candidate: Option<&Value>, called: bool) -> Option<&'static str
 }
 
 /// `usageMetadata` as OpenAI's `usage`; thinking tokens count as completion tokens, as
-/// OpenAI counts reasoning tokens.
+/// OpenAI counts reasoning tokens, and context-cache hits are OpenAI's cached tokens.
 pub fn openai_usage(usage: &Value) -> Value {
     let count = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
     let prompt = count("promptTokenCount");
     let completion = count("candidatesTokenCount") + count("thoughtsTokenCount");
-    json!({
+    let mut usage = json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-    })
+    });
+    let cached = count("cachedContentTokenCount");
+    if cached > 0 {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
+    usage
 }
 
 /// Reads Gemini's stream events as OpenAI chunks.
@@ -360,7 +365,8 @@ mod tests {
         );
         assert_eq!(
             payloads(&frames)[5]["usage"],
-            json!({"input_tokens": 4, "output_tokens": 5})
+            json!({"input_tokens": 4, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 0, "output_tokens": 5})
         );
     }
 }
