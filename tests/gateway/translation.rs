@@ -266,3 +266,57 @@ async fn tool_argument_deltas_stream_faithfully_to_anthropic_clients() {
         .collect();
     assert_eq!(partials, pieces);
 }
+
+#[tokio::test]
+async fn streamed_cache_usage_maps_both_ways() {
+    let anthropic_stream = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "model-x", "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 10, "cache_creation_input_tokens": 200,
+                      "cache_read_input_tokens": 1800, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+               "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ]
+    .iter()
+    .map(|event| format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()))
+    .collect::<String>();
+    let (_claude, gateway) = one_step("anthropic", Behavior::ok().body(&anthropic_stream)).await;
+    let mut request = chat_stream("r");
+    request["stream_options"] = json!({"include_usage": true});
+    let text = post(&gateway, &request).await.text().await.unwrap();
+    let usage: Value = sse_data(&text)
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .find_map(|chunk| chunk.get("usage").filter(|u| u.is_object()).cloned())
+        .expect("a usage chunk");
+    assert_eq!(usage["prompt_tokens"], 2010);
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 1800);
+
+    let openai_stream = [
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+               "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}]}),
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+               "usage": {"prompt_tokens": 2006, "completion_tokens": 5, "total_tokens": 2011,
+                         "prompt_tokens_details": {"cached_tokens": 1920}}}),
+    ]
+    .iter()
+    .map(|chunk| format!("data: {chunk}\n\n"))
+    .chain(std::iter::once("data: [DONE]\n\n".to_owned()))
+    .collect::<String>();
+    let (_gpt, gateway) = one_step("openai", Behavior::ok().body(&openai_stream)).await;
+    let text = post_to(&gateway, "/v1/messages", &message("r", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (_, delta) = sse_events(&text)
+        .into_iter()
+        .find(|(name, _)| name == "message_delta")
+        .expect("a message_delta");
+    assert_eq!(delta["usage"]["input_tokens"], 86);
+    assert_eq!(delta["usage"]["cache_read_input_tokens"], 1920);
+}
