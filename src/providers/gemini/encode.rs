@@ -14,7 +14,9 @@
 //! - `tools` → `functionDeclarations` (with `parametersJsonSchema`, which takes JSON Schema as
 //!   OpenAI's tools write it); `tool_choice` → `toolConfig.functionCallingConfig`.
 //! - Dropped: `user`, `logit_bias`, `store`, `metadata`, `service_tier`, `stream_options`,
-//!   `parallel_tool_calls`, message `name`s.
+//!   `parallel_tool_calls`, message `name`s, and `reasoning_effort` (Gemini 2.5 takes a
+//!   `thinkingBudget`, Gemini 3 a `thinkingLevel`, and either one refuses the other, so no
+//!   one translation fits every Gemini model; each thinks by default).
 //! - Rejected with a 400: `n` > 1, `logprobs`, audio, legacy `functions`, non-function tools,
 //!   http(s) image URLs (Gemini reads images inline or from its File API), audio and file parts.
 
