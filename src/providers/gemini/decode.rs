@@ -290,6 +290,17 @@ mod tests {
     }
 
     #[test]
+    fn context_cache_hits_are_openais_cached_tokens() {
+        let usage = json!({"promptTokenCount": 2006, "cachedContentTokenCount": 1920,
+                           "candidatesTokenCount": 5, "totalTokenCount": 2011});
+        assert_eq!(
+            openai_usage(&usage),
+            json!({"prompt_tokens": 2006, "completion_tokens": 5, "total_tokens": 2011,
+                   "prompt_tokens_details": {"cached_tokens": 1920}})
+        );
+    }
+
+    #[test]
     fn a_blocked_prompt_is_a_content_filter_finish() {
         let response = json!({"promptFeedback": {"blockReason": "SAFETY"}});
         assert_eq!(
