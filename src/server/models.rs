@@ -3,6 +3,7 @@
 //! SDKs always do).
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -28,9 +29,16 @@ pub struct Page {
 pub async fn list(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(page): Query<Page>,
+    page: Result<Query<Page>, QueryRejection>,
 ) -> Response {
     let format = format_of(&headers);
+    let Ok(Query(page)) = page else {
+        let error = ApiError::InvalidRequest {
+            message: "the query takes `limit` (a number), `after_id` and `before_id`".into(),
+            param: Some("limit"),
+        };
+        return error.into_response_for(format);
+    };
     let usable = match usable(&state, &headers) {
         Ok(usable) => usable,
         Err(error) => return error.into_response_for(format),

@@ -123,6 +123,10 @@ async fn models_answer_in_anthropics_shape_to_anthropic_clients() {
         .await
         .unwrap();
     assert_eq!(page["has_more"], true);
+    let bad = get_with(&gateway, "/v1/models?limit=many", &version).await;
+    assert_eq!(bad.status(), 400);
+    let body: Value = bad.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
     let one: Value = get_with(&gateway, "/v1/models/smart", &version)
         .await
         .json()
