@@ -72,6 +72,7 @@ mod tests {
     use crate::config::Config;
     use crate::keys::{KeyLease, Secret};
     use crate::providers::ClientFormat;
+    use serde_json::Map;
 
     #[test]
     fn builds_the_deployment_url_with_api_key_and_version() {
@@ -108,5 +109,22 @@ mod tests {
         );
         assert_eq!(built.headers()["api-key"], "azure-secret");
         assert!(built.headers().get("authorization").is_none());
+
+        let legacy = ClientRequest::new(
+            ClientFormat::OpenAi,
+            Operation::Completions,
+            serde_json::from_str(r#"{"model":"smart","prompt":"Hi"}"#).unwrap(),
+        );
+        let built = AzureAdapter
+            .request(&target, &legacy, false)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            built.url().as_str(),
+            "https://res.openai.azure.com/openai/deployments/gpt-4o-deploy/completions?api-version=2024-10-21"
+        );
+        let count = ClientRequest::new(ClientFormat::Anthropic, Operation::CountTokens, Map::new());
+        assert!(AzureAdapter.request(&target, &count, false).is_err());
     }
 }
