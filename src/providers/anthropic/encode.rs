@@ -6,15 +6,18 @@
 //! - `image_url` parts → `image` blocks: `data:` URLs as base64 sources, http(s) as url sources.
 //! - `max_completion_tokens` / `max_tokens` → `max_tokens` (the provider's default when unset);
 //!   `stop` → `stop_sequences`; `temperature` (clamped to Anthropic's 0–1) and `top_p` as they
-//!   are; `user` → `metadata.user_id`; `tools`, `tool_choice`, `parallel_tool_calls`.
-//! - Dropped: `frequency_penalty`, `presence_penalty`, `seed`, `logit_bias`, `store`,
-//!   `metadata`, `service_tier`, `stream_options`, `prediction`, `reasoning_effort`, message
-//!   `name`s, and any field Anthropic has no counterpart for.
+//!   are; `user` (or else `safety_identifier`) → `metadata.user_id`; `tools`, `tool_choice`,
+//!   `parallel_tool_calls`.
+//! - Dropped, by design (hints with no counterpart, whose absence changes no answer's shape):
+//!   `frequency_penalty`, `presence_penalty`, `seed`, `logit_bias`, `store`, `metadata`,
+//!   `service_tier`, `stream_options`, `prediction`, `reasoning_effort`, `verbosity`,
+//!   `prompt_cache_key`, `prompt_cache_retention`, message `name`s.
 //! - `response_format` `json_schema` → `output_config.format` `json_schema` (Anthropic's
 //!   structured outputs); `text` is the default and needs nothing.
 //! - Rejected with a 400: `n` > 1, `logprobs`, `top_logprobs`, audio, `response_format`
 //!   `json_object` (Anthropic constrains output only to a schema), legacy `functions` /
-//!   `function_call`, non-function tools, audio and file parts.
+//!   `function_call`, non-function tools, audio and file parts, and every other top-level
+//!   field by name (`web_search_options`, and fields added later).
 
 use serde_json::{Map, Value, json};
 
@@ -56,7 +59,10 @@ pub fn from_openai(
     if let Some(top_p) = request.get("top_p").filter(|v| v.is_number()) {
         out.insert("top_p".into(), top_p.clone());
     }
-    if let Some(user) = request.get("user").and_then(Value::as_str) {
+    let user = request
+        .get("user")
+        .or_else(|| request.get("safety_identifier"));
+    if let Some(user) = user.and_then(Value::as_str) {
         out.insert("metadata".into(), json!({"user_id": user}));
     }
     tools(request, &mut out)?;
@@ -89,7 +95,61 @@ fn json_schema(request: &Map<String, Value>) -> Result<Option<Value>, Rejection>
     }
 }
 
+/// The top-level fields of an OpenAI chat request that this translation (and Gemini's)
+/// carries, checks, or drops by design; any other is refused by name.
+pub(crate) const KNOWN: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "temperature",
+    "top_p",
+    "user",
+    "safety_identifier",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "stream",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "audio",
+    "modalities",
+    "functions",
+    "function_call",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "logit_bias",
+    "store",
+    "metadata",
+    "service_tier",
+    "stream_options",
+    "prediction",
+    "reasoning_effort",
+    "verbosity",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+];
+
+/// A top-level field outside [`KNOWN`], refused by name for `provider`'s API.
+pub(crate) fn refuse_unknown(
+    request: &Map<String, Value>,
+    provider: &str,
+) -> Result<(), Rejection> {
+    match request.keys().find(|f| !KNOWN.contains(&f.as_str())) {
+        Some(field) => Err(Rejection::new(
+            field,
+            format!("`{field}` has no counterpart in {provider}'s API, which serves this step"),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
+    refuse_unknown(request, "Anthropic")?;
     if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
         return Err(Rejection::new(
             "n",

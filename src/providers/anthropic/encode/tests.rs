@@ -132,6 +132,29 @@ fn untranslatable_fields_are_rejected_by_name() {
 }
 
 #[test]
+fn unknown_fields_are_refused_by_name_and_hints_dropped() {
+    let base = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    let with = |field: &str, value: Value| {
+        let mut request = base.clone();
+        request[field] = value;
+        encode(request)
+    };
+    assert_eq!(
+        with("web_search_options", json!({})).unwrap_err().param,
+        Some("web_search_options".into())
+    );
+    assert_eq!(
+        with("x_future", json!(1)).unwrap_err().param,
+        Some("x_future".into())
+    );
+    for hint in ["verbosity", "prompt_cache_key", "seed", "store"] {
+        assert!(with(hint, json!("x")).is_ok(), "{hint}");
+    }
+    let sent = with("safety_identifier", json!("u-1")).unwrap();
+    assert_eq!(sent["metadata"], json!({"user_id": "u-1"}));
+}
+
+#[test]
 fn strict_function_tools_are_strict_anthropic_tools() {
     let request = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
         "tools": [{"type": "function", "function": {"name": "f", "strict": true,
