@@ -169,11 +169,7 @@ fn client_request(
     body: &[u8],
 ) -> Option<ClientRequest> {
     let body: Map<String, Value> = serde_json::from_slice(body).ok()?;
-    Some(ClientRequest {
-        format,
-        operation,
-        body,
-    })
+    Some(ClientRequest::new(format, operation, body))
 }
 
 /// Request translators, every client format to every provider kind, whole and streamed:
@@ -222,11 +218,7 @@ pub fn response(data: &[u8]) {
     let format = FORMATS[(choice / 4) % 2];
     let operation = OPERATIONS[(choice / 8) % 2];
     // The client's own request matters to a few decoders (Gemini's embeddings echo it).
-    let request = ClientRequest {
-        format,
-        operation,
-        body: Map::new(),
-    };
+    let request = ClientRequest::new(format, operation, Map::new());
     let adapter = providers::adapter(kind);
     if choice / 16 % 2 == 0 {
         if let Some(decoded) = adapter.decode(&request, body) {
@@ -276,11 +268,7 @@ pub fn stream(data: &[u8]) {
     let choice = usize::from(choice);
     let kind = KINDS[choice % 4];
     let format = FORMATS[(choice / 4) % 2];
-    let mut request = ClientRequest {
-        format,
-        operation: Operation::Chat,
-        body: Map::new(),
-    };
+    let mut request = ClientRequest::new(format, Operation::Chat, Map::new());
     if choice / 8 % 2 == 1 {
         let options = serde_json::json!({"include_usage": true});
         request.body.insert("stream_options".into(), options);

@@ -37,6 +37,10 @@ pub enum Operation {
     Chat,
     /// Embeddings of some input.
     Embeddings,
+    /// Anthropic's `/v1/messages/count_tokens`: served by Anthropic steps only.
+    CountTokens,
+    /// OpenAI's legacy `/v1/completions`: served by OpenAI-family steps only.
+    Completions,
 }
 
 /// A client's request, in its own format, as routing carries it from step to step.
@@ -45,9 +49,22 @@ pub struct ClientRequest {
     pub format: ClientFormat,
     pub operation: Operation,
     pub body: Map<String, Value>,
+    /// The client's `anthropic-beta` header: forwarded to Anthropic steps; other steps carry
+    /// every beta field they can translate and refuse the rest by name, so it is not needed.
+    pub anthropic_beta: Option<String>,
 }
 
 impl ClientRequest {
+    /// A request with no forwarded headers.
+    pub fn new(format: ClientFormat, operation: Operation, body: Map<String, Value>) -> Self {
+        ClientRequest {
+            format,
+            operation,
+            body,
+            anthropic_beta: None,
+        }
+    }
+
     /// Whether an OpenAI client asked for the final usage chunk of a stream.
     pub fn asked_stream_usage(&self) -> bool {
         self.body
@@ -110,6 +127,21 @@ pub trait Adapter: Sync {
 
     /// A translator from this provider's event stream into the client's.
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator>;
+}
+
+/// The refusal of an operation only one family serves, sent to a step of another.
+pub(crate) fn only_for(operation: Operation) -> Rejection {
+    let message = match operation {
+        Operation::CountTokens => {
+            "count_tokens is answered by Anthropic steps only, and this route's step is another provider: route it to a route whose first step is kind = \"anthropic\""
+        }
+        Operation::Completions => {
+            "the legacy /v1/completions is served by OpenAI-family steps only (kind = \"openai\" or \"azure\"), and this route's step is another provider: use /v1/chat/completions"
+        }
+        Operation::Embeddings => "this provider has no embeddings API",
+        Operation::Chat => "this provider cannot serve this request",
+    };
+    Rejection::new("model", message)
 }
 
 /// The adapter for a provider kind.

@@ -6,6 +6,7 @@
 pub mod admin;
 mod admission;
 mod chat;
+mod completions;
 mod connection;
 mod degraded;
 mod embeddings;
@@ -258,6 +259,8 @@ pub fn app(state: AppState) -> Router {
     let routes = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::one))

@@ -13,6 +13,7 @@ mod gateway {
     mod cross_vendor;
     mod dashboard;
     mod embeddings;
+    mod endpoints;
     mod fallback;
     mod key_rows;
     mod keys;
@@ -32,5 +33,6 @@ mod gateway {
     mod stream_ends;
     mod streaming;
     pub mod telemetry;
+    mod translation;
     mod virtual_keys;
 }

@@ -26,10 +26,20 @@ pub enum Route {
     Chat { shape: Shape, path_stream: bool },
     /// Embeddings in a shape.
     Embeddings(Shape),
+    /// Anthropic's `/v1/messages/count_tokens`.
+    CountTokens,
+    /// OpenAI's legacy `/completions`.
+    TextCompletions,
 }
 
 /// Reads the path (without its query).
 pub fn route(path: &str) -> Option<Route> {
+    if path.ends_with("/v1/messages/count_tokens") {
+        return Some(Route::CountTokens);
+    }
+    if path.ends_with("/completions") && !path.ends_with("/chat/completions") {
+        return Some(Route::TextCompletions);
+    }
     if path.ends_with("/chat/completions") {
         return Some(Route::Chat {
             shape: Shape::OpenAi,
@@ -61,6 +71,43 @@ pub fn route(path: &str) -> Option<Route> {
 pub fn path_model(path: &str) -> Option<&str> {
     let (_, rest) = path.rsplit_once("/models/")?;
     rest.split(':').next()
+}
+
+/// Anthropic's token count for a request: the fake's rough count of its messages.
+pub fn count_tokens(request: &Value) -> Value {
+    let prompt = request
+        .get("messages")
+        .map(|m| m.to_string().len() as u64 / 4);
+    json!({"input_tokens": prompt.unwrap_or(0)})
+}
+
+/// A legacy text completion of `completion`'s content, whole or as its event stream.
+pub fn text_completion(completion: &Completion, stream: bool) -> Bytes {
+    let choice = |text: &str, finish: Option<&str>| json!([{"text": text, "index": 0, "logprobs": null, "finish_reason": finish}]);
+    let object = |choices: Value| {
+        json!({"id": format!("cmpl-{}", completion.id), "object": "text_completion",
+               "created": 1_700_000_000, "model": completion.model, "choices": choices})
+    };
+    if !stream {
+        let mut whole = object(choice(&completion.content, Some("stop")));
+        whole["usage"] = completion.openai_usage();
+        return Bytes::from(whole.to_string());
+    }
+    let mut body = String::new();
+    for i in 0..completion.chunks {
+        body.push_str(&format!(
+            "data: {}\n\n",
+            object(choice(&completion.piece(i), None))
+        ));
+    }
+    body.push_str(&format!("data: {}\n\n", object(choice("", Some("stop")))));
+    if completion.include_usage {
+        let mut usage = object(json!([]));
+        usage["usage"] = completion.openai_usage();
+        body.push_str(&format!("data: {usage}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Bytes::from(body)
 }
 
 /// The completion a request gets, in all its forms.

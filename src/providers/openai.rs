@@ -32,7 +32,9 @@ impl Adapter for OpenAiAdapter {
         let body = encode(request, target.model, stream)?;
         let path = match request.operation {
             Operation::Chat => "chat/completions",
+            Operation::Completions => "completions",
             Operation::Embeddings => "embeddings",
+            Operation::CountTokens => return Err(super::only_for(request.operation)),
         };
         let url = format!("{}/{path}", target.provider.base_url);
         let mut builder = post(target, url, body, stream);
@@ -86,6 +88,7 @@ pub(crate) fn encode(
     stream: bool,
 ) -> Result<Bytes, Rejection> {
     let mut body = match (request.operation, request.format) {
+        (Operation::CountTokens, _) => return Err(super::only_for(request.operation)),
         (Operation::Chat, ClientFormat::Anthropic) => inbound_request::to_openai(&request.body)?,
         _ => request.body.clone(),
     };
@@ -103,11 +106,13 @@ pub(crate) fn decode(request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
             body: Bytes::copy_from_slice(body),
             usage,
         }),
-        (Operation::Chat, ClientFormat::OpenAi) => probe_completion(body).map(|usage| Decoded {
-            body: Bytes::copy_from_slice(body),
-            usage,
-        }),
-        (Operation::Chat, ClientFormat::Anthropic) => {
+        (Operation::CountTokens, _) => None,
+        (Operation::Chat | Operation::Completions, ClientFormat::OpenAi) => probe_completion(body)
+            .map(|usage| Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage,
+            }),
+        (Operation::Chat | Operation::Completions, ClientFormat::Anthropic) => {
             let completion: Value = serde_json::from_slice(body).ok()?;
             let message = inbound_response::from_openai(&completion)?;
             Some(Decoded {

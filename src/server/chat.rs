@@ -107,7 +107,7 @@ async fn serve(
         Err(error) => return unauthenticated(state, peer, guard, error, format),
     };
     // The body is checked before the limits are taken, so a malformed request costs no quota.
-    let mut prepared = match prepare(state, body, endpoint) {
+    let mut prepared = match prepare(state, headers, body, endpoint) {
         Ok(prepared) => prepared,
         Err(error) => return refuse(guard, error, format),
     };
@@ -168,6 +168,7 @@ pub(super) fn stream_flag(request: &Map<String, Value>) -> Result<bool, ApiError
 
 fn prepare(
     state: &AppState,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     endpoint: &Endpoint,
 ) -> Result<Prepared, ApiError> {
@@ -204,6 +205,10 @@ fn prepare(
             format: endpoint.format,
             operation: endpoint.operation,
             body: request,
+            anthropic_beta: headers
+                .get("anthropic-beta")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
         },
         stream,
         first_step: 0,
@@ -309,6 +314,9 @@ async fn route_stream(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/event-stream"),
             );
+            if let Some(id) = output.upstream_request_id.clone() {
+                headers.insert(UPSTREAM_REQUEST_ID, id);
+            }
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             let limits = StreamLimits {
                 idle_timeout: state.config.retry.stream_idle_timeout,
@@ -460,10 +468,16 @@ fn last_failure<T>(run: &ChainRun<T>) -> Option<String> {
         .map(|f| f.kind().to_owned())
 }
 
+/// Where the client finds the provider's own id of its request, to quote to the provider.
+const UPSTREAM_REQUEST_ID: HeaderName = HeaderName::from_static("x-switchyard-upstream-request-id");
+
 /// An upstream answer, body and status as they came.
 fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
     let mut response = Response::new(Body::from(reply.body));
     *response.status_mut() = reply.status;
+    if let Some(id) = reply.upstream_request_id {
+        response.headers_mut().insert(UPSTREAM_REQUEST_ID, id);
+    }
     let content_type = reply
         .content_type
         .unwrap_or_else(|| HeaderValue::from_static("application/json"));
