@@ -216,7 +216,17 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
         .redis_url
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     match reqwest::Url::parse(&redis_url) {
-        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {
+            // What `serve` does with it, without connecting: a URL of the right form can
+            // still be one the client refuses (`rediss://` in this build, a database that
+            // is not a number). The URL is not shown: it may carry a password.
+            if let Err(e) = redis::Client::open(redis_url.as_str()) {
+                errors.add(
+                    "limits.redis_url",
+                    format!("the Redis client refuses it: {e}"),
+                );
+            }
+        }
         _ => errors.add(
             "limits.redis_url",
             format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
