@@ -145,10 +145,7 @@ impl Shared {
         let running = self.live();
         let (config, needs_restart) = restart::keep_running(&running.config, config);
         self.keys.set_providers(&config);
-        // A provider the file adds may bring its key in `api_key_env`.
-        if let Err(e) = self.keys.seed_from_env(&config).await {
-            tracing::warn!(error = %e, "config reload: cannot store the new providers' keys");
-        }
+        self.seed_added_providers(&running.config, &config).await;
         let limits = running.limits.reconfigured(&config);
         let metrics = &self.telemetry.metrics;
         metrics.set_names(LabelNames::from_config(&config));
@@ -160,6 +157,31 @@ impl Shared {
             stamp,
             needs_restart,
         })
+    }
+}
+
+impl Shared {
+    /// Stores the `api_key_env` keys of the providers `new` adds, and loads them before the
+    /// new config goes live, so its first request finds them.
+    async fn seed_added_providers(&self, running: &Config, new: &Config) {
+        let mut added = new.clone();
+        added
+            .providers
+            .retain(|p| running.provider(&p.id).is_none());
+        if added.providers.is_empty() {
+            return;
+        }
+        let seeded = async {
+            self.keys
+                .seed_from_env(&added)
+                .await
+                .map_err(|e| e.to_string())?;
+            self.reload_now().await.map_err(|e| e.to_string())?;
+            Ok::<(), String>(())
+        };
+        if let Err(e) = seeded.await {
+            tracing::warn!(error = %e, "config reload: cannot store the new providers' keys");
+        }
     }
 }
 

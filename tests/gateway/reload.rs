@@ -7,7 +7,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -89,7 +88,7 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
     assert_eq!(post(gateway, &chat("fresh")).await.status(), 404);
 
     const TOTAL: usize = 2_000;
-    let done = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(tokio::sync::watch::Sender::new(0usize));
     let url = format!("{}/v1/chat/completions", gateway.url());
     let load = {
         let done = done.clone();
@@ -103,7 +102,7 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
                             Ok(response) => response.status().as_u16(),
                             Err(_) => 0,
                         };
-                        done.fetch_add(1, Ordering::SeqCst);
+                        done.send_modify(|n| *n += 1);
                         status
                     }
                 })
@@ -113,14 +112,12 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
         })
     };
     // Reload once a quarter of the load is through, with the rest still to come.
-    let waited = std::time::Instant::now();
-    while done.load(Ordering::SeqCst) < TOTAL / 4 {
-        assert!(
-            waited.elapsed().as_secs() < 60,
-            "the load does not progress"
-        );
-        tokio::task::yield_now().await;
-    }
+    let mut progress = done.subscribe();
+    let quarter = progress.wait_for(|n| *n >= TOTAL / 4);
+    tokio::time::timeout(std::time::Duration::from_secs(120), quarter)
+        .await
+        .expect("the load progresses")
+        .unwrap();
     served.rewrite(&balanced(
         &a,
         &b,
@@ -136,7 +133,7 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
         200,
         "the new route serves as soon as the reload returns"
     );
-    let at_reload = done.load(Ordering::SeqCst);
+    let at_reload = *done.borrow();
     assert!(
         at_reload < TOTAL,
         "the reload came while requests were still going"
@@ -156,6 +153,40 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
     assert!(
         (28..=32).contains(&to_a),
         "a got {to_a}, b got {to_b} of 40"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_finishes_on_the_config_it_started_with() {
+    let slow = FakeUpstream::new("slow")
+        .then(Behavior::ok().delay_ms(1_000))
+        .start()
+        .await
+        .unwrap();
+    let served = FromFile::start(&format!(
+        "{}{}",
+        provider("slow", &slow),
+        route("r", &[("slow", "m")], "")
+    ))
+    .await;
+    let url = format!("{}/v1/chat/completions", served.gateway.url());
+    let in_flight = tokio::spawn(async move { client().post(url).json(&chat("r")).send().await });
+    slow.wait_until(|stats| stats.calls >= 1).await;
+
+    // The new file drops route `r` while its request waits on the upstream.
+    served.rewrite(&format!(
+        "{}{}",
+        provider("slow", &slow),
+        route("other", &[("slow", "m")], "")
+    ));
+    let (status, body) = served.reload().await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(post(&served.gateway, &chat("r")).await.status(), 404);
+    let finished = in_flight.await.unwrap().unwrap();
+    assert_eq!(
+        finished.status(),
+        200,
+        "it finishes on the route it started on"
     );
 }
 
