@@ -472,6 +472,22 @@ base_url = "http://127.0.0.1:1/v1"
 "#;
 
     #[test]
+    fn a_redis_url_the_client_refuses_is_refused_here_without_showing_it() {
+        for url in [
+            "rediss://:hunter2@127.0.0.1:6379",
+            "redis://:hunter2@127.0.0.1:6379/not-a-db",
+        ] {
+            let errors = errors(&format!("[limits]\nredis_url = \"{url}\"\n"));
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].starts_with("limits.redis_url: the Redis client refuses it: "),
+                "{errors:?}"
+            );
+            assert!(!errors[0].contains("hunter2"), "{errors:?}");
+        }
+    }
+
+    #[test]
     fn unknown_field_names_its_path() {
         let text = format!(
             "{PROVIDERS}\n[[routes]]\nname = \"r\"\nsteps = [{{ provider = \"a\", model = \"m\", colour = 1 }}]\n"

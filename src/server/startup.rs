@@ -38,6 +38,7 @@ pub(super) fn announce(state: &AppState, addr: SocketAddr, admin: Option<SocketA
         );
     }
     tracing::info!(
+        sha256 = %state.live.stamp.sha256,
         "config: {} route(s), {} provider(s), {} role(s)",
         config.routes.len(),
         config.providers.len(),
