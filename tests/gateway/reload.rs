@@ -199,6 +199,12 @@ async fn an_invalid_file_changes_nothing_and_the_answer_names_the_field() {
         route("r", &[("up", "m")], "")
     );
     let served = FromFile::start(&config).await;
+    let anonymous = client()
+        .post(format!("{}/admin/reload", served.gateway.admin_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status(), 401, "a reload needs the admin token");
     served.rewrite(&format!(
         "{}{}{}",
         provider("up", &up),
