@@ -4,8 +4,7 @@
 //! the same files.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures_util::StreamExt;
@@ -18,17 +17,20 @@ use switchyard::server::{Gateway, StartOptions};
 use super::process::*;
 use super::support::*;
 
-const TOKEN: &str = "admin-token-for-reload-tests";
+mod binary;
+mod kept;
+
+pub(super) const TOKEN: &str = "admin-token-for-reload-tests";
 
 /// A gateway started from a config file it can reload, with the admin API on.
-struct FromFile {
-    gateway: Gateway,
-    file: PathBuf,
+pub(super) struct FromFile {
+    pub(super) gateway: Gateway,
+    pub(super) file: PathBuf,
     _dir: TempDir,
 }
 
 impl FromFile {
-    async fn start(config: &str) -> FromFile {
+    pub(super) async fn start(config: &str) -> FromFile {
         let dir = TempDir::new();
         let file = dir.0.join("switchyard.toml");
         std::fs::write(&file, test_config_text(config)).unwrap();
@@ -49,12 +51,12 @@ impl FromFile {
     }
 
     /// Writes `config` (with the test defaults) over the file.
-    fn rewrite(&self, config: &str) {
+    pub(super) fn rewrite(&self, config: &str) {
         std::fs::write(&self.file, test_config_text(config)).unwrap();
     }
 
     /// `POST /admin/reload`: its status and body.
-    async fn reload(&self) -> (u16, Value) {
+    pub(super) async fn reload(&self) -> (u16, Value) {
         let response = client()
             .post(format!("{}/admin/reload", self.gateway.admin_url()))
             .bearer_auth(TOKEN)
@@ -268,194 +270,4 @@ async fn a_setting_that_needs_a_restart_is_named_and_the_rest_applies() {
         "{after}"
     );
     assert!(after.contains("route=\"fresh\""), "{after}");
-}
-
-#[tokio::test]
-async fn an_open_breaker_stays_open_across_a_reload() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = |extra: &str| {
-        format!(
-            "{}{}{}{FAST_RETRY}\n[breaker]\nconsecutive_failures = 1\ncooldown = \"60s\"\ncooldown_min = \"60s\"\n{extra}",
-            provider("primary", &primary),
-            provider("secondary", &secondary),
-            route("r", &[("primary", "m"), ("secondary", "m")], ""),
-        )
-    };
-    let served = FromFile::start(&config("")).await;
-    let response = post(&served.gateway, &chat("r")).await;
-    assert_eq!(header(&response, "x-switchyard-provider"), "secondary");
-    let calls = primary.calls();
-    assert!(calls >= 1);
-
-    served.rewrite(&config(&route("fresh", &[("secondary", "m2")], "")));
-    let (status, body) = served.reload().await;
-    assert_eq!(status, 200, "{body}");
-    assert!(
-        body["needs_restart"].as_array().unwrap().is_empty(),
-        "{body}"
-    );
-
-    for _ in 0..5 {
-        let response = post(&served.gateway, &chat("r")).await;
-        assert_eq!(response.status(), 200);
-        assert_eq!(header(&response, "x-switchyard-provider"), "secondary");
-    }
-    assert_eq!(
-        primary.calls(),
-        calls,
-        "the open breaker still skips the primary"
-    );
-    let breakers: Value = client()
-        .get(format!("{}/admin/breakers", served.gateway.admin_url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let open = breakers["breakers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|b| b["provider"] == "primary" && b["state"] == "open");
-    assert!(open, "{breakers}");
-}
-
-#[tokio::test]
-async fn limit_counts_survive_a_reload_and_the_role_takes_its_new_limit() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
-    let config = |per_minute: u32, extra: &str| {
-        format!(
-            "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
-             [[roles]]\nname = \"ae\"\nrequests_per_minute = {per_minute}\nwindow = \"sliding\"\n{}{}{extra}",
-            provider("up", &up),
-            route("r", &[("up", "m")], ""),
-        )
-    };
-    let served = FromFile::start(&config(2, "")).await;
-    for _ in 0..2 {
-        assert_eq!(post(&served.gateway, &chat("r")).await.status(), 200);
-    }
-    assert_eq!(post(&served.gateway, &chat("r")).await.status(), 429);
-
-    // One more a minute: the two already counted still count.
-    served.rewrite(&config(3, &route("fresh", &[("up", "m2")], "")));
-    let (status, body) = served.reload().await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(post(&served.gateway, &chat("fresh")).await.status(), 200);
-    assert_eq!(post(&served.gateway, &chat("r")).await.status(), 429);
-}
-
-fn run(cwd: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .current_dir(cwd)
-        .args(args)
-        .env_remove("SWITCHYARD_MASTER_KEY")
-        .env_remove("SWITCHYARD_ADMIN_TOKEN")
-        .output()
-        .unwrap()
-}
-
-#[tokio::test]
-async fn check_serve_and_reload_refuse_the_same_store_and_redis_urls() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
-    let good = format!("{}{}", provider("up", &up), route("r", &[("up", "m")], ""));
-    let served = FromFile::start(&good).await;
-    let dir = TempDir::new();
-    let bad = [
-        (
-            "limits.redis_url",
-            "[limits]\nbackend = \"redis\"\nredis_url = \"rediss://127.0.0.1:6379\"\n".to_owned(),
-        ),
-        (
-            "store.url",
-            // A directory, not a file: SQLite cannot open it.
-            format!("[store]\nurl = \"sqlite://{}\"\n", dir.0.display()),
-        ),
-    ];
-    for (field, section) in bad {
-        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{section}{good}");
-        served.rewrite(&text);
-        let (status, body) = served.reload().await;
-        assert_eq!(status, 422, "{body}");
-        assert_eq!(body["error"]["param"], field, "{body}");
-        assert_eq!(post(&served.gateway, &chat("r")).await.status(), 200);
-
-        let file = served.file.to_str().unwrap();
-        let check = run(&dir.0, &["check", "--config", file]);
-        let said = String::from_utf8_lossy(&check.stderr);
-        assert_eq!(check.status.code(), Some(1), "check: {said}");
-        assert!(said.contains(&format!("  {field}: ")), "check: {said}");
-
-        let serve = run(&dir.0, &["serve", "--config", file]);
-        let said = String::from_utf8_lossy(&serve.stderr);
-        assert!(!serve.status.success(), "serve: {said}");
-        assert!(said.contains(&format!("{field}: ")), "serve: {said}");
-        assert!(!said.contains("listening"), "serve: {said}");
-    }
-}
-
-#[tokio::test]
-async fn sighup_reloads_the_file_and_the_process_keeps_serving() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
-    let home = TempDir::new();
-    let file = home.0.join("switchyard.toml");
-    let config = |extra: &str| {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nrequired = false\n\
-             [store]\nurl = \"sqlite://gw.db\"\n{}{}{extra}",
-            provider("up", &up),
-            route("r", &[("up", "m")], ""),
-        )
-    };
-    std::fs::write(&file, config("")).unwrap();
-    let mut served = serve_with(&home.0, &file, &[("SWITCHYARD_ADMIN_TOKEN", TOKEN)]);
-    let url = format!("{}/v1/chat/completions", served.url);
-    let ask = |model: &'static str| {
-        let url = url.clone();
-        async move {
-            client()
-                .post(url)
-                .json(&chat(model))
-                .send()
-                .await
-                .unwrap()
-                .status()
-                .as_u16()
-        }
-    };
-    assert_eq!(ask("r").await, 200);
-    assert_eq!(ask("fresh").await, 404);
-
-    std::fs::write(&file, config(&route("fresh", &[("up", "m2")], ""))).unwrap();
-    served.signal("HUP");
-    served.wait_for_line(&["config reloaded"]);
-    assert_eq!(ask("fresh").await, 200, "the reloaded route serves");
-    assert!(served.running(), "SIGHUP does not end the process");
-
-    // An invalid file: refused, logged with its field, and the running config serves on.
-    std::fs::write(&file, config("[[routes]]\nname = \"bad\"\nsteps = []\n")).unwrap();
-    served.signal("HUP");
-    let line = served.wait_for_line(&["config reload refused"]);
-    assert!(line.contains("routes[1].steps"), "{line}");
-    assert_eq!(ask("r").await, 200);
-    assert_eq!(ask("fresh").await, 200);
-
-    // It still stops cleanly, with every answered request in its log.
-    served.signal("TERM");
-    assert!(served.child.wait().unwrap().success());
-    std::fs::write(&file, config("")).unwrap();
-    let rows = run(
-        &home.0,
-        &["logs", "--config", file.to_str().unwrap(), "--json"],
-    );
-    let said = String::from_utf8_lossy(&rows.stderr).into_owned();
-    let rows = String::from_utf8_lossy(&rows.stdout).lines().count();
-    assert_eq!(rows, 5, "one row per request: {said}");
 }
