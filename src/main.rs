@@ -260,9 +260,13 @@ fn chain(error: &anyhow::Error) -> String {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve { config } => {
-            let config = load(&config)?;
-            let options = switchyard::server::StartOptions::for_config(&config)?;
+        Command::Serve { config: path } => {
+            let config = load(&path)?;
+            // The same check as `check` and a reload: what one accepts, the others do.
+            let mut options = switchyard::check::preflight(&config)
+                .map_err(ConfigError::Invalid)
+                .with_context(|| format!("invalid config {}", path.display()))?;
+            options.config_path = Some(path);
             let listener = tokio::net::TcpListener::bind(config.server.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.server.listen))?;
@@ -301,13 +305,12 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             connect,
         } => match Config::load(&path) {
             Ok(config) => {
-                // What `serve` reads besides the file: the admin token file must be usable too.
-                if let Err(e) = switchyard::server::StartOptions::for_config(&config) {
-                    eprintln!("{} has 1 error(s):\n  {e}", path.display());
-                    return Ok(ExitCode::FAILURE);
-                }
-                if let Some(problem) = switchyard::check::store_path_problem(&config) {
-                    eprintln!("{} has 1 error(s):\n  store.url: {problem}", path.display());
+                // What `serve` (and a reload) checks besides the file, checked the same way.
+                if let Err(errors) = switchyard::check::preflight(&config) {
+                    eprintln!("{} has {} error(s):", path.display(), errors.len());
+                    for error in errors {
+                        eprintln!("  {error}");
+                    }
                     return Ok(ExitCode::FAILURE);
                 }
                 print!("{}", switchyard::check::report(&config));

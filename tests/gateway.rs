@@ -2,6 +2,7 @@
 //! test scripts for itself, over real HTTP.
 
 mod gateway {
+    pub mod process;
     pub mod services;
     pub mod support;
 
@@ -27,6 +28,7 @@ mod gateway {
     mod passthrough;
     mod readme;
     mod redis_faults;
+    mod reload;
     mod retry_after;
     mod scorecard_truth;
     mod secrets;

@@ -216,7 +216,17 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
         .redis_url
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     match reqwest::Url::parse(&redis_url) {
-        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {
+            // What `serve` does with it, without connecting: a URL of the right form can
+            // still be one the client refuses (`rediss://` in this build, a database that
+            // is not a number). The URL is not shown: it may carry a password.
+            if let Err(e) = redis::Client::open(redis_url.as_str()) {
+                errors.add(
+                    "limits.redis_url",
+                    format!("the Redis client refuses it: {e}"),
+                );
+            }
+        }
         _ => errors.add(
             "limits.redis_url",
             format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
@@ -460,6 +470,22 @@ name = "a"
 kind = "openai"
 base_url = "http://127.0.0.1:1/v1"
 "#;
+
+    #[test]
+    fn a_redis_url_the_client_refuses_is_refused_here_without_showing_it() {
+        for url in [
+            "rediss://:hunter2@127.0.0.1:6379",
+            "redis://:hunter2@127.0.0.1:6379/not-a-db",
+        ] {
+            let errors = errors(&format!("[limits]\nredis_url = \"{url}\"\n"));
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].starts_with("limits.redis_url: the Redis client refuses it: "),
+                "{errors:?}"
+            );
+            assert!(!errors[0].contains("hunter2"), "{errors:?}");
+        }
+    }
 
     #[test]
     fn unknown_field_names_its_path() {

@@ -49,7 +49,7 @@ pub fn authorize(
     headers: &HeaderMap,
 ) -> Result<usize, ApiError> {
     caller
-        .may_use(&state.config, model)
+        .may_use(state.config(), model)
         .map_err(|denied| match denied {
             Denied::DirectName => ApiError::Forbidden(
                 "direct provider/model names other than a route's steps are not enabled: use a route, or see [auth] direct_models",
@@ -61,7 +61,7 @@ pub fn authorize(
         .get(FORCE_FALLBACK)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if forced && !state.config.debug.allow_force_fallback && !caller.has_permission("debug") {
+    if forced && !state.config().debug.allow_force_fallback && !caller.has_permission("debug") {
         return Err(ApiError::Forbidden(
             "x-switchyard-force-fallback needs a key with the debug permission, or [debug] allow_force_fallback = true",
         ));
@@ -75,7 +75,7 @@ pub async fn admit(
     caller: &Caller,
     request_id: &str,
 ) -> Result<Permit, ApiError> {
-    match state.limits.admit(caller, request_id).await {
+    match state.limits().admit(caller, request_id).await {
         Ok(Decision::Admit(permit)) => Ok(permit),
         Ok(Decision::Refuse(refusal)) => Err(ApiError::RateLimited(refusal)),
         Err(_) => Err(ApiError::LimitsUnavailable),

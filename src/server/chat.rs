@@ -174,7 +174,7 @@ fn prepare(
 ) -> Result<Prepared, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
-            limit: state.config.server.max_body_bytes,
+            limit: state.config().server.max_body_bytes,
         },
         _ if is_body_timeout(&rejection) => ApiError::BodyTimeout,
         _ => ApiError::InvalidJson(rejection.body_text()),
@@ -191,7 +191,7 @@ fn prepare(
         }
     };
     let stream = (endpoint.check)(&request)?;
-    let route = resolve_route(&state.config, &state.routes, model).map_err(|e| match e {
+    let route = resolve_route(state.config(), state.routes(), model).map_err(|e| match e {
         RouteError::Unknown => ApiError::UnknownModel(model.clone()),
         RouteError::BadModelName(why) => ApiError::InvalidRequest {
             message: why.into(),
@@ -222,16 +222,16 @@ async fn route_json(
     mut guard: RecordGuard,
     permit: Permit,
 ) -> Response {
-    let deadline = guard.started() + state.config.retry.request_deadline;
+    let deadline = guard.started() + state.config().retry.request_deadline;
     let mut attempter = JsonAttempter {
         client: &state.client,
         request: prepared.request.clone(),
         fallback_on_context_length: prepared.route.fallback_on_context_length,
         deadline,
-        max_body_bytes: state.config.server.max_upstream_body_bytes,
+        max_body_bytes: state.config().server.max_upstream_body_bytes,
     };
     let inputs = ChainInputs {
-        config: &state.config,
+        config: state.config(),
         keys: &state.keys.ring,
         health: &state.health,
         route: &prepared.route,
@@ -273,17 +273,17 @@ async fn route_stream(
     mut guard: RecordGuard,
     permit: Permit,
 ) -> Response {
-    let deadline = guard.started() + state.config.retry.request_deadline;
+    let deadline = guard.started() + state.config().retry.request_deadline;
     let request = prepared.request.clone();
     let mut attempter = StreamAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
-        max_body_bytes: state.config.server.max_upstream_body_bytes,
-        max_event_bytes: state.config.server.max_sse_event_bytes,
+        max_body_bytes: state.config().server.max_upstream_body_bytes,
+        max_event_bytes: state.config().server.max_sse_event_bytes,
     };
     let inputs = ChainInputs {
-        config: &state.config,
+        config: state.config(),
         keys: &state.keys.ring,
         health: &state.health,
         route: &prepared.route,
@@ -319,7 +319,7 @@ async fn route_stream(
             }
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             let limits = StreamLimits {
-                idle_timeout: state.config.retry.stream_idle_timeout,
+                idle_timeout: state.config().retry.stream_idle_timeout,
                 deadline,
                 grace_over: state.grace_over.subscribe(),
             };
@@ -494,7 +494,7 @@ pub(super) async fn refuse_declared_oversize(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let limit = state.config.server.max_body_bytes;
+    let limit = state.config().server.max_body_bytes;
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)

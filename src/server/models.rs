@@ -124,8 +124,8 @@ fn usable(state: &AppState, headers: &HeaderMap) -> Result<Vec<String>, ApiError
     let caller = state.directory.authenticate(headers).map_err(|_| {
         ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
     })?;
-    let mut ids: Vec<String> = state.routes.iter().map(|r| r.name.to_string()).collect();
-    for route in &state.routes {
+    let mut ids: Vec<String> = state.routes().iter().map(|r| r.name.to_string()).collect();
+    for route in state.routes() {
         for deployment in route.steps.iter().flat_map(|s| &s.deployments) {
             let direct = format!("{}/{}", deployment.provider, deployment.model);
             if !ids.contains(&direct) {
@@ -133,7 +133,7 @@ fn usable(state: &AppState, headers: &HeaderMap) -> Result<Vec<String>, ApiError
             }
         }
     }
-    ids.retain(|id| caller.may_use(&state.config, id).is_ok());
+    ids.retain(|id| caller.may_use(state.config(), id).is_ok());
     Ok(ids)
 }
 

@@ -3,13 +3,13 @@
 
 use std::net::SocketAddr;
 
-use super::Shared;
+use super::AppState;
 use crate::config::LimitBackend;
 
 /// Logs the summary, then that the gateway listens; nothing before this may say "listening",
 /// because everything that can stop a start has happened by now.
-pub(super) fn announce(state: &Shared, addr: SocketAddr, admin: Option<SocketAddr>) {
-    let config = &state.config;
+pub(super) fn announce(state: &AppState, addr: SocketAddr, admin: Option<SocketAddr>) {
+    let config = state.config();
     let store = match config.store.url.strip_prefix("sqlite://") {
         Some(path) => format!("SQLite file {path}"),
         None => "SQLite in memory: nothing outlives this process".to_owned(),
@@ -38,6 +38,7 @@ pub(super) fn announce(state: &Shared, addr: SocketAddr, admin: Option<SocketAdd
         );
     }
     tracing::info!(
+        sha256 = %state.live.stamp.sha256,
         "config: {} route(s), {} provider(s), {} role(s)",
         config.routes.len(),
         config.providers.len(),

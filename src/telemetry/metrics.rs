@@ -15,8 +15,10 @@ use prometheus_client::registry::Registry;
 use super::RequestRecord;
 
 mod labels;
+mod reload;
 
 pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
+pub use reload::{ConfigStamp, ReloadMetrics};
 
 /// `switchyard_requests_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,8 +56,11 @@ fn latency_histogram() -> Histogram {
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
-    /// The names labels may carry; anything else is counted as `other`.
-    names: LabelNames,
+    /// The names labels may carry; anything else is counted as `other`. A config reload
+    /// swaps them, so a route it adds gets series of its own.
+    names: arc_swap::ArcSwap<LabelNames>,
+    /// Config reloads, and which config is loaded.
+    pub reload: ReloadMetrics,
     pub requests: Family<RouteOutcome, Counter>,
     pub attempts: Family<AttemptLabels, Counter>,
     pub duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
@@ -101,7 +106,8 @@ impl Metrics {
     pub fn new(names: LabelNames) -> Metrics {
         let mut registry = Registry::default();
         let metrics = Metrics {
-            names,
+            names: arc_swap::ArcSwap::from_pointee(names),
+            reload: ReloadMetrics::default(),
             requests: Family::default(),
             attempts: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
@@ -218,15 +224,21 @@ impl Metrics {
             "Bytes in the request log's spill journal",
             metrics.log_spill_bytes.clone(),
         );
+        metrics.reload.register(&mut registry);
         Metrics {
             registry,
             ..metrics
         }
     }
 
+    /// Limits labels to a reloaded config's names.
+    pub fn set_names(&self, names: LabelNames) {
+        self.names.store(std::sync::Arc::new(names));
+    }
+
     /// Counts one finished request.
     pub fn observe(&self, record: &RequestRecord) {
-        let names = &self.names;
+        let names = self.names.load();
         let route = names.route(record.route.as_ref().map(|r| r.as_str()));
         self.requests
             .get_or_create(&RouteOutcome {
@@ -285,9 +297,10 @@ impl Metrics {
     }
 
     fn deployment(&self, provider: &str, model: &str) -> ProviderModel {
+        let names = self.names.load();
         ProviderModel {
-            provider: self.names.provider(provider),
-            model: self.names.model(provider, model),
+            provider: names.provider(provider),
+            model: names.model(provider, model),
         }
     }
 
