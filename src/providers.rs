@@ -10,6 +10,7 @@ pub mod anthropic;
 pub mod azure;
 pub mod gemini;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 pub mod stream;
 
@@ -37,6 +38,8 @@ pub enum Operation {
     Chat,
     /// Embeddings of some input.
     Embeddings,
+    /// A Responses API request (`/v1/responses`), in OpenAI's Responses format.
+    Responses,
 }
 
 /// A client's request, in its own format, as routing carries it from step to step.
@@ -119,6 +122,15 @@ pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
         ProviderKind::Anthropic => &anthropic::AnthropicAdapter,
         ProviderKind::Gemini => &gemini::GeminiAdapter,
         ProviderKind::Azure => &azure::AzureAdapter,
+    }
+}
+
+/// The adapter for `request` at `provider`: a Responses request has its own, which speaks
+/// the Responses API or translates through the kind's chat adapter.
+pub fn adapter_for(provider: &Provider, operation: Operation) -> &'static dyn Adapter {
+    match operation {
+        Operation::Responses => responses::adapter_for(provider),
+        Operation::Chat | Operation::Embeddings => adapter(provider.kind),
     }
 }
 

@@ -15,6 +15,7 @@ mod listener;
 mod messages;
 mod models;
 mod readiness;
+mod responses;
 mod scorecard;
 mod startup;
 mod stream;
@@ -259,6 +260,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/messages", post(messages::messages))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::one))
         .route("/healthz", get(healthz))

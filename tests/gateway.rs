@@ -26,6 +26,8 @@ mod gateway {
     mod passthrough;
     mod readme;
     mod redis_faults;
+    mod responses;
+    mod responses_state;
     mod retry_after;
     mod scorecard_truth;
     mod secrets;

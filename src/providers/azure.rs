@@ -53,6 +53,7 @@ fn url(target: &Target<'_>, operation: Operation) -> String {
     let path = match operation {
         Operation::Chat => "chat/completions",
         Operation::Embeddings => "embeddings",
+        Operation::Responses => "responses",
     };
     let mut url = format!(
         "{}/openai/deployments/{}/{path}",

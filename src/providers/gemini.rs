@@ -36,7 +36,8 @@ impl Adapter for GeminiAdapter {
         let model = target.model.strip_prefix("models/").unwrap_or(target.model);
         let (method, body) = match request.operation {
             Operation::Embeddings => embed::request(&request.body, model)?,
-            Operation::Chat => {
+            // A Responses request arrives here already translated to chat (`responses`).
+            Operation::Chat | Operation::Responses => {
                 let translated;
                 let openai = match request.format {
                     ClientFormat::OpenAi => &request.body,

@@ -13,6 +13,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::responses;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
@@ -33,6 +34,7 @@ impl Adapter for OpenAiAdapter {
         let path = match request.operation {
             Operation::Chat => "chat/completions",
             Operation::Embeddings => "embeddings",
+            Operation::Responses => "responses",
         };
         let url = format!("{}/{path}", target.provider.base_url);
         let mut builder = post(target, url, body, stream);
@@ -103,6 +105,12 @@ pub(crate) fn decode(request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
             body: Bytes::copy_from_slice(body),
             usage,
         }),
+        (Operation::Responses, _) => {
+            responses::passthrough::probe_response(body).map(|usage| Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage,
+            })
+        }
         (Operation::Chat, ClientFormat::OpenAi) => probe_completion(body).map(|usage| Decoded {
             body: Bytes::copy_from_slice(body),
             usage,

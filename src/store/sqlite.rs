@@ -2,6 +2,7 @@
 
 mod provider_keys;
 mod request_log;
+mod response_state;
 mod rollup;
 
 use std::sync::{Arc, Mutex};
@@ -91,6 +92,15 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (kind, name, model, minute_ms)
      ) WITHOUT ROWID;
      CREATE INDEX log_rollup_minute ON log_rollup (minute_ms);",
+    // The state of responses served on `/v1/responses`, for `previous_response_id`.
+    "CREATE TABLE response_state (
+         id TEXT PRIMARY KEY,
+         scope TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         input TEXT NOT NULL,
+         response TEXT NOT NULL
+     );
+     CREATE INDEX response_state_time ON response_state (created_ms);",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.
