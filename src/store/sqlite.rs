@@ -93,12 +93,14 @@ const MIGRATIONS: &[&str] = &[
      ) WITHOUT ROWID;
      CREATE INDEX log_rollup_minute ON log_rollup (minute_ms);",
     // The state of responses served on `/v1/responses`, for `previous_response_id`.
+    // Keyed by scope too: an id a provider made could repeat, but never reach another key's.
     "CREATE TABLE response_state (
-         id TEXT PRIMARY KEY,
          scope TEXT NOT NULL,
+         id TEXT NOT NULL,
          created_ms INTEGER NOT NULL,
          input TEXT NOT NULL,
-         response TEXT NOT NULL
+         response TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
      );
      CREATE INDEX response_state_time ON response_state (created_ms);",
 ];

@@ -221,3 +221,34 @@ async fn store_false_keeps_nothing() {
     let next = json!({"model": "r", "input": "more", "previous_response_id": answer["id"]});
     assert_eq!(create(&gateway, &next).await.status(), 404);
 }
+
+#[tokio::test]
+async fn the_demos_responses_line_is_served_by_its_fallback_step() {
+    let demo = switchyard::demo::start("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let url = demo.gateway.url();
+    let instructions = switchyard::demo::instructions(&url, &demo.gateway.admin_url());
+    let line = instructions
+        .lines()
+        .find(|line| line.contains("/v1/responses"))
+        .expect("the demo prints a /v1/responses line");
+    let body = line.rsplit_once("-d '").unwrap().1.trim_end_matches('\'');
+    let body: Value = serde_json::from_str(body).unwrap();
+    let response = client()
+        .post(format!("{url}/v1/responses"))
+        .header("x-switchyard-force-fallback", "true")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "x-switchyard-step"), "1");
+    assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(output_text(&answer), "Hello from the fallback provider.");
+    assert_eq!(
+        demo.secondary.requests().last().unwrap().path,
+        "/v1/responses"
+    );
+}

@@ -7,7 +7,7 @@ use crate::store::StoreError;
 use crate::store::response_state::StoredResponse;
 
 impl SqliteStore {
-    /// Stores a response (a retry of the same id replaces it).
+    /// Stores a response (the same id again in the same scope replaces it).
     pub async fn put_response(&self, stored: StoredResponse) -> Result<(), StoreError> {
         self.with(move |connection| {
             connection.execute(
@@ -115,5 +115,9 @@ mod tests {
         assert_eq!(store.response("resp_a", "key1").await.unwrap(), None);
         assert!(store.delete_response("resp_b", "key1").await.unwrap());
         assert_eq!(store.response("resp_b", "key1").await.unwrap(), None);
+        assert_eq!(
+            store.response("resp_b", "key2").await.unwrap(),
+            Some(stored("resp_b", "key2", 6_000))
+        );
     }
 }
