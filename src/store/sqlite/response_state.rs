@@ -105,6 +105,11 @@ mod tests {
             .put_response(stored("resp_b", "key1", 5_000))
             .await
             .unwrap();
+        // The same id in another scope is another response, and overwrites nothing.
+        store
+            .put_response(stored("resp_b", "key2", 6_000))
+            .await
+            .unwrap();
         assert_eq!(
             store.response("resp_a", "key1").await.unwrap(),
             Some(stored("resp_a", "key1", 1_000))
