@@ -278,6 +278,13 @@ impl Store {
         }
     }
 
+    /// A stored response's output item `id` (JSON text), if `scope` stored it.
+    pub async fn response_item(&self, id: &str, scope: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.response_item(id, scope).await,
+        }
+    }
+
     /// Deletes the stored response `id` of `scope`; false when there was none.
     pub async fn delete_response(&self, id: &str, scope: &str) -> Result<bool, StoreError> {
         match self {

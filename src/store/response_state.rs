@@ -13,4 +13,7 @@ pub struct StoredResponse {
     pub input: String,
     /// The whole Response object: a JSON object.
     pub response: String,
+    /// Its output items by id (`msg_…`, `fc_…`), each a JSON object, so a later turn's
+    /// `item_reference` can name them.
+    pub items: Vec<(String, String)>,
 }

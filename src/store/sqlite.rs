@@ -102,6 +102,16 @@ const MIGRATIONS: &[&str] = &[
          response TEXT NOT NULL,
          PRIMARY KEY (scope, id)
      );
+     -- Each stored response's output items by id, for the `item_reference`s of a later turn.
+     CREATE TABLE response_items (
+         scope TEXT NOT NULL,
+         id TEXT NOT NULL,
+         response_id TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         item TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
+     );
+     CREATE INDEX response_items_time ON response_items (created_ms);
      CREATE INDEX response_state_time ON response_state (created_ms);",
 ];
 

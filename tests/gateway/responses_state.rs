@@ -252,3 +252,48 @@ async fn the_demos_responses_line_is_served_by_its_fallback_step() {
         "/v1/responses"
     );
 }
+
+#[tokio::test]
+async fn an_item_reference_to_a_stored_output_item_reaches_a_translated_step_as_the_item() {
+    let fake = FakeUpstream::new("compat")
+        .then(
+            Behavior::ok()
+                .content("")
+                .tool_call("weather", json!({"city": "Oslo"})),
+        )
+        .then(Behavior::ok())
+        .start()
+        .await
+        .unwrap();
+    let config = format!(
+        "{}{}",
+        provider("compat", &fake),
+        route("r", &[("compat", "m")], "")
+    );
+    let gateway = gateway(&config).await;
+    let tools = json!([{"type": "function", "name": "weather", "parameters": {"type": "object"}}]);
+    let first: Value = create(
+        &gateway,
+        &json!({"model": "r", "input": "Weather?", "tools": tools}),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    let call = &first["output"][0];
+    assert_eq!(call["type"], "function_call");
+    // As the Vercel AI SDK sends a stored item back: by reference.
+    let next = json!({"model": "r", "tools": tools, "input": [
+        {"role": "user", "content": "Weather?"},
+        {"type": "item_reference", "id": call["id"]},
+        {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"},
+    ]});
+    let response = create(&gateway, &next).await;
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    let sent = fake.requests()[1].json();
+    assert_eq!(
+        sent["messages"][1]["tool_calls"][0]["function"]["name"],
+        "weather"
+    );
+    assert_eq!(sent["messages"][2]["role"], "tool");
+}

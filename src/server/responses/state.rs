@@ -40,7 +40,11 @@ pub async fn before(
         Some(Value::String(text)) => {
             input.push(json!({"type": "message", "role": "user", "content": text}));
         }
-        Some(Value::Array(items)) => input.extend(items.iter().cloned()),
+        Some(Value::Array(items)) => {
+            for item in items {
+                input.push(resolve_reference(state, item, &scope).await?);
+            }
+        }
         _ => {}
     }
     request
@@ -52,6 +56,23 @@ pub async fn before(
         scope,
         input,
     })
+}
+
+/// An `item_reference` to an output item the gateway stored, replaced by that item, so any
+/// step can read it; any other item (or a reference the gateway does not know) as it is.
+async fn resolve_reference(state: &AppState, item: &Value, scope: &str) -> Result<Value, ApiError> {
+    let reference = item.get("type").and_then(Value::as_str) == Some("item_reference");
+    let Some(id) = item.get("id").and_then(Value::as_str).filter(|_| reference) else {
+        return Ok(item.clone());
+    };
+    let stored = state
+        .store
+        .response_item(id, scope)
+        .await
+        .map_err(store_failed)?;
+    Ok(stored
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_else(|| item.clone()))
 }
 
 /// The input and output items of the turn `id` and every turn before it.
@@ -120,6 +141,16 @@ fn terminal_response(frame: &Bytes) -> Option<Value> {
     }
 }
 
+/// A Response's output items that have an id, by id.
+fn output_items(response: &Value) -> Vec<(String, String)> {
+    let output = response.get("output").and_then(Value::as_array);
+    output
+        .into_iter()
+        .flatten()
+        .filter_map(|item| Some((item.get("id")?.as_str()?.to_owned(), item.to_string())))
+        .collect()
+}
+
 impl Plan {
     async fn save(&self, response: &Value) {
         let (Some(store), Some(id)) = (&self.store, response.get("id").and_then(Value::as_str))
@@ -132,6 +163,7 @@ impl Plan {
             created_ms: crate::store::now_ms(),
             input: Value::Array(self.input.clone()).to_string(),
             response: response.to_string(),
+            items: output_items(response),
         };
         // The answer is served either way; a turn not stored only breaks a later
         // `previous_response_id`, which then gets a clear 404.
