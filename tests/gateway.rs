@@ -28,6 +28,7 @@ mod gateway {
     mod redis_faults;
     mod responses;
     mod responses_state;
+    mod responses_stream;
     mod retry_after;
     mod scorecard_truth;
     mod secrets;
