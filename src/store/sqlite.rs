@@ -94,7 +94,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX log_rollup_minute ON log_rollup (minute_ms);",
     // The state of responses served on `/v1/responses`, for `previous_response_id`.
     // Keyed by scope too: an id a provider made could repeat, but never reach another key's.
-    "CREATE TABLE response_state (
+    // `IF NOT EXISTS`: a test may rewind `user_version` over a schema that already has them.
+    "CREATE TABLE IF NOT EXISTS response_state (
          scope TEXT NOT NULL,
          id TEXT NOT NULL,
          created_ms INTEGER NOT NULL,
@@ -103,7 +104,7 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (scope, id)
      );
      -- Each stored response's output items by id, for the `item_reference`s of a later turn.
-     CREATE TABLE response_items (
+     CREATE TABLE IF NOT EXISTS response_items (
          scope TEXT NOT NULL,
          id TEXT NOT NULL,
          response_id TEXT NOT NULL,
@@ -111,8 +112,8 @@ const MIGRATIONS: &[&str] = &[
          item TEXT NOT NULL,
          PRIMARY KEY (scope, id)
      );
-     CREATE INDEX response_items_time ON response_items (created_ms);
-     CREATE INDEX response_state_time ON response_state (created_ms);",
+     CREATE INDEX IF NOT EXISTS response_items_time ON response_items (created_ms);
+     CREATE INDEX IF NOT EXISTS response_state_time ON response_state (created_ms);",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.
