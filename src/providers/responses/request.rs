@@ -355,6 +355,17 @@ mod tests {
     }
 
     #[test]
+    fn a_chat_translators_refusal_names_the_responses_field() {
+        assert_eq!(responses_param("response_format"), "text.format");
+        assert_eq!(
+            responses_param("max_completion_tokens"),
+            "max_output_tokens"
+        );
+        assert_eq!(responses_param("reasoning_effort"), "reasoning.effort");
+        assert_eq!(responses_param("tools[0].type"), "tools[0].type");
+    }
+
+    #[test]
     fn refuses_what_cannot_be_carried_naming_the_field() {
         let refused = |body: Value, effort| to_chat(&map(body), effort).unwrap_err().param;
         assert_eq!(

@@ -30,6 +30,8 @@ pub struct ResponsesSink {
     output: Vec<Value>,
     /// The message item being streamed: its id, output index and text so far.
     message: Option<(String, usize, String)>,
+    /// A refusal being streamed, as a message item of its own with one `refusal` part.
+    refusal: Option<(String, usize, String)>,
     /// Function calls by their chat index.
     calls: Vec<(u64, Call)>,
     finish_reason: Option<String>,
@@ -46,6 +48,7 @@ impl ResponsesSink {
             started: false,
             output: Vec::new(),
             message: None,
+            refusal: None,
             calls: Vec::new(),
             finish_reason: None,
             usage: Value::Null,
@@ -126,7 +129,65 @@ impl ResponsesSink {
     }
 
     fn next_index(&self) -> usize {
-        self.output.len() + usize::from(self.message.is_some()) + self.calls.len()
+        self.output.len()
+            + usize::from(self.message.is_some())
+            + usize::from(self.refusal.is_some())
+            + self.calls.len()
+    }
+
+    fn refusal(&mut self, delta: &str, out: &mut Vec<Bytes>) {
+        if self.refusal.is_none() {
+            let id = object::item_id("msg");
+            let index = self.next_index();
+            let item = json!({"id": id, "type": "message", "role": "assistant",
+                              "status": "in_progress", "content": []});
+            self.emit(
+                out,
+                "response.output_item.added",
+                json!({"output_index": index, "item": item}),
+            );
+            let part = json!({"type": "refusal", "refusal": ""});
+            self.emit(
+                out,
+                "response.content_part.added",
+                json!({
+                "item_id": id, "output_index": index, "content_index": 0, "part": part}),
+            );
+            self.refusal = Some((id, index, String::new()));
+        }
+        let Some((id, index, refusal)) = self.refusal.as_mut() else {
+            return;
+        };
+        refusal.push_str(delta);
+        let event = json!({"item_id": id.clone(), "output_index": *index, "content_index": 0, "delta": delta});
+        self.emit(out, "response.refusal.delta", event);
+    }
+
+    fn close_refusal(&mut self, status: &str, out: &mut Vec<Bytes>) {
+        let Some((id, index, refusal)) = self.refusal.take() else {
+            return;
+        };
+        self.emit(
+            out,
+            "response.refusal.done",
+            json!({
+            "item_id": id, "output_index": index, "content_index": 0, "refusal": refusal}),
+        );
+        let part = json!({"type": "refusal", "refusal": refusal});
+        self.emit(
+            out,
+            "response.content_part.done",
+            json!({
+            "item_id": id, "output_index": index, "content_index": 0, "part": part}),
+        );
+        let item = json!({"id": id, "type": "message", "role": "assistant", "status": status,
+                          "content": [part]});
+        self.emit(
+            out,
+            "response.output_item.done",
+            json!({"output_index": index, "item": item.clone()}),
+        );
+        self.output.push(item);
     }
 
     fn tool_call(&mut self, call: &Value, out: &mut Vec<Bytes>) {
@@ -134,8 +195,9 @@ impl ResponsesSink {
         let function = call.get("function");
         let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or("").to_owned();
         if !self.calls.iter().any(|(i, _)| *i == index) {
-            // A call's arguments follow its text: the message item closes first.
+            // A call's arguments follow its text: the message items close first.
             self.close_message("completed", out);
+            self.close_refusal("completed", out);
             let started = Call {
                 id: object::item_id("fc"),
                 call_id: text(call.get("id")),
@@ -222,6 +284,11 @@ impl ChunkSink for ResponsesSink {
         {
             self.text(text, out);
         }
+        if let Some(refusal) = delta.and_then(|d| d.get("refusal")).and_then(Value::as_str)
+            && !refusal.is_empty()
+        {
+            self.refusal(refusal, out);
+        }
         for call in delta
             .and_then(|d| d.get("tool_calls"))
             .and_then(Value::as_array)
@@ -244,6 +311,7 @@ impl ChunkSink for ResponsesSink {
             "incomplete"
         };
         self.close_message(item_status, out);
+        self.close_refusal(item_status, out);
         self.close_calls(out);
         let mut response = self.snapshot(status);
         response["incomplete_details"] = incomplete;
@@ -335,7 +403,39 @@ mod tests {
         assert_eq!(completed["output"][1]["call_id"], "c1");
         assert_eq!(completed["usage"]["output_tokens"], 3);
         let error = payloads(&[sink.error_event("boom", "reset")]);
+        assert_eq!(error[0]["sequence_number"], 15);
         assert_eq!(error[0]["type"], "error");
         assert_eq!(error[0]["error"]["message"], "boom");
+    }
+
+    #[test]
+    fn a_streamed_refusal_is_a_refusal_part() {
+        let mut sink = ResponsesSink::new(Echo::of(&Map::new()));
+        let mut out = Vec::new();
+        let chunk = |delta: Value, finish: Value| json!({"model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        sink.chunk(
+            &chunk(
+                json!({"role": "assistant", "refusal": "I can't"}),
+                Value::Null,
+            ),
+            &mut out,
+        );
+        sink.chunk(
+            &chunk(json!({"refusal": " help."}), json!("stop")),
+            &mut out,
+        );
+        sink.done(&mut out);
+        let events = payloads(&out);
+        let deltas: String = events
+            .iter()
+            .filter(|e| e["type"] == "response.refusal.delta")
+            .filter_map(|e| e["delta"].as_str())
+            .collect();
+        assert_eq!(deltas, "I can't help.");
+        let completed = &events.last().unwrap()["response"];
+        assert_eq!(
+            completed["output"][0]["content"][0],
+            json!({"type": "refusal", "refusal": "I can't help."})
+        );
     }
 }
