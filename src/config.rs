@@ -312,6 +312,9 @@ pub struct Provider {
     pub anthropic_version: String,
     /// azure: the `api-version` query parameter.
     pub api_version: String,
+    /// openai: `/v1/responses` passes through to `{base_url}/responses`; otherwise it is
+    /// translated to chat completions.
+    pub responses: bool,
 }
 
 /// One place a step can send a request: a model at a provider. With the provider's key,

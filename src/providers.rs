@@ -10,6 +10,7 @@ pub mod anthropic;
 pub mod azure;
 pub mod gemini;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 pub mod stream;
 
@@ -41,6 +42,8 @@ pub enum Operation {
     CountTokens,
     /// OpenAI's legacy `/v1/completions`: served by OpenAI-family steps only.
     Completions,
+    /// A Responses API request (`/v1/responses`), in OpenAI's Responses format.
+    Responses,
 }
 
 /// A client's request, in its own format, as routing carries it from step to step.
@@ -139,6 +142,7 @@ pub(crate) fn only_for(operation: Operation) -> Rejection {
             "the legacy /v1/completions is served by OpenAI-family steps only (kind = \"openai\" or \"azure\"), and this route's step is another provider: use /v1/chat/completions"
         }
         Operation::Embeddings => "this provider has no embeddings API",
+        Operation::Responses => "this provider has no Responses API",
         Operation::Chat => "this provider cannot serve this request",
     };
     Rejection::new("model", message)
@@ -151,6 +155,18 @@ pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
         ProviderKind::Anthropic => &anthropic::AnthropicAdapter,
         ProviderKind::Gemini => &gemini::GeminiAdapter,
         ProviderKind::Azure => &azure::AzureAdapter,
+    }
+}
+
+/// The adapter for `request` at `provider`: a Responses request has its own, which speaks
+/// the Responses API or translates through the kind's chat adapter.
+pub fn adapter_for(provider: &Provider, operation: Operation) -> &'static dyn Adapter {
+    match operation {
+        Operation::Responses => responses::adapter_for(provider),
+        Operation::Chat
+        | Operation::Embeddings
+        | Operation::CountTokens
+        | Operation::Completions => adapter(provider.kind),
     }
 }
 

@@ -17,6 +17,7 @@ mod messages;
 mod models;
 mod readiness;
 pub mod reload;
+mod responses;
 mod scorecard;
 mod startup;
 mod stream;
@@ -318,6 +319,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::one))
         .route("/healthz", get(healthz))

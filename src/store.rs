@@ -5,6 +5,7 @@
 //! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
 
 pub mod request_log;
+pub mod response_state;
 pub mod rollup;
 pub mod sqlite;
 
@@ -13,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::keys::vault::Sealed;
 
 use request_log::{LogQuery, LogRow};
+use response_state::StoredResponse;
 
 pub use sqlite::SqliteStore;
 
@@ -281,6 +283,45 @@ impl Store {
     pub async fn purge_log(&self, before_ms: i64) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.purge_log(before_ms).await,
+        }
+    }
+
+    /// Stores a served response's state (`/v1/responses` with `store: true`).
+    pub async fn put_response(&self, stored: StoredResponse) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(store) => store.put_response(stored).await,
+        }
+    }
+
+    /// The stored response `id`, if `scope` (a virtual key's id) stored it.
+    pub async fn response(
+        &self,
+        id: &str,
+        scope: &str,
+    ) -> Result<Option<StoredResponse>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.response(id, scope).await,
+        }
+    }
+
+    /// A stored response's output item `id` (JSON text), if `scope` stored it.
+    pub async fn response_item(&self, id: &str, scope: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.response_item(id, scope).await,
+        }
+    }
+
+    /// Deletes the stored response `id` of `scope`; false when there was none.
+    pub async fn delete_response(&self, id: &str, scope: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.delete_response(id, scope).await,
+        }
+    }
+
+    /// Deletes responses stored before `before_ms` (the request log's retention).
+    pub async fn purge_responses(&self, before_ms: i64) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.purge_responses(before_ms).await,
         }
     }
 

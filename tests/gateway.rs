@@ -29,6 +29,9 @@ mod gateway {
     mod readme;
     mod redis_faults;
     mod reload;
+    mod responses;
+    mod responses_state;
+    mod responses_stream;
     mod retry_after;
     mod scorecard_truth;
     mod secrets;

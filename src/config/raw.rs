@@ -161,6 +161,8 @@ pub struct RawProvider {
     pub anthropic_version: Option<String>,
     /// azure: the `api-version` query parameter.
     pub api_version: Option<String>,
+    /// openai: whether it speaks the Responses API (default: only OpenAI's own base URL).
+    pub responses: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -334,6 +334,17 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                 continue;
             }
         }
+        let responses = match (p.responses, kind) {
+            (Some(true), ProviderKind::OpenAi) | (Some(false), _) => p.responses == Some(true),
+            (Some(true), _) => {
+                errors.add(
+                    format!("providers[{i}].responses"),
+                    "only a kind = \"openai\" provider can speak the Responses API",
+                );
+                false
+            }
+            (None, kind) => kind == ProviderKind::OpenAi && speaks_responses(&base_url),
+        };
         providers.push(Provider {
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
@@ -347,9 +358,16 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             api_version: p
                 .api_version
                 .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.into()),
+            responses,
         });
     }
     providers
+}
+
+/// Whether an OpenAI-family base URL is OpenAI's own, the one server known to speak the
+/// Responses API; other compatible servers say so with `responses = true`.
+fn speaks_responses(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url).is_ok_and(|url| url.host_str() == Some("api.openai.com"))
 }
 
 /// Each kind's public endpoint, so `base_url` may be left out; Azure's names a resource.

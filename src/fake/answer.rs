@@ -15,6 +15,8 @@ use super::behavior::{Behavior, FakeToolCall};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     OpenAi,
+    /// OpenAI's Responses API (`…/responses`).
+    Responses,
     Anthropic,
     Gemini,
 }
@@ -43,6 +45,12 @@ pub fn route(path: &str) -> Option<Route> {
     if path.ends_with("/chat/completions") {
         return Some(Route::Chat {
             shape: Shape::OpenAi,
+            path_stream: false,
+        });
+    }
+    if path.ends_with("/responses") {
+        return Some(Route::Chat {
+            shape: Shape::Responses,
             path_stream: false,
         });
     }
@@ -133,7 +141,10 @@ impl Completion {
         request: &Value,
         behavior: &Behavior,
     ) -> Completion {
-        let prompt = request.get("messages").or_else(|| request.get("contents"));
+        let prompt = request
+            .get("messages")
+            .or_else(|| request.get("contents"))
+            .or_else(|| request.get("input"));
         let prompt_tokens = prompt.map(|m| m.to_string().len() as u64 / 4).unwrap_or(0);
         let model = match shape {
             Shape::Gemini => path_model(path).map(str::to_owned),
@@ -148,6 +159,7 @@ impl Completion {
         };
         let id = match shape {
             Shape::OpenAi => format!("chatcmpl-{name}-{call}"),
+            Shape::Responses => format!("resp_{name}_{call}"),
             Shape::Anthropic => format!("msg_{name}_{call}"),
             Shape::Gemini => format!("{name}-{call}"),
         };
@@ -199,6 +211,7 @@ impl Completion {
     /// The whole answer.
     pub fn whole(&self) -> Value {
         match self.shape {
+            Shape::Responses => self.responses_whole(),
             Shape::OpenAi => {
                 let mut message = json!({"role": "assistant", "content": self.content});
                 let finish = if self.tool_calls.is_empty() {
@@ -291,6 +304,7 @@ impl Completion {
     pub fn content_frames(&self, i: usize) -> Vec<Bytes> {
         let piece = self.piece(i);
         match self.shape {
+            Shape::Responses => self.responses_content_frames(i, &piece),
             Shape::OpenAi => {
                 let delta = if i == 0 {
                     json!({"role": "assistant", "content": piece})
@@ -329,6 +343,7 @@ impl Completion {
     /// The events after the content: tool calls, the finish, usage and the end marker.
     pub fn tail_frames(&self) -> Vec<Bytes> {
         match self.shape {
+            Shape::Responses => self.responses_tail_frames(),
             Shape::OpenAi => {
                 let mut frames: Vec<Bytes> = self
                     .openai_calls()
@@ -404,6 +419,7 @@ impl Completion {
     /// The provider's own error event inside a stream, saying `message` if given.
     pub fn stream_error(&self, message: Option<&str>) -> Bytes {
         match self.shape {
+            Shape::Responses => self.responses_stream_error(message),
             Shape::OpenAi => data(&json!({"error": {
                 "message": message.unwrap_or("fake upstream failed mid-stream"),
                 "type": "server_error", "param": null, "code": "server_error"}})),
@@ -436,7 +452,7 @@ fn named(name: &str, value: &Value) -> Bytes {
 pub fn error_body(shape: Shape, status: u16) -> String {
     let message = format!("fake upstream answered {status}");
     match shape {
-        Shape::OpenAi => {
+        Shape::OpenAi | Shape::Responses => {
             let (kind, code) = match status {
                 401 => ("authentication_error", "invalid_api_key"),
                 404 => ("invalid_request_error", "model_not_found"),

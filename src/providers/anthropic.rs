@@ -44,7 +44,10 @@ impl Adapter for AnthropicAdapter {
                     "Anthropic has no embeddings API: route embeddings to an openai, azure or gemini provider",
                 ));
             }
-            (Operation::Completions, _) => return Err(super::only_for(request.operation)),
+            // Responses requests reach Anthropic as chat, through the Responses adapter.
+            (Operation::Completions | Operation::Responses, _) => {
+                return Err(super::only_for(request.operation));
+            }
             (Operation::CountTokens, _) => {
                 let mut body = request.body.clone();
                 body.insert("model".into(), Value::String(target.model.to_owned()));

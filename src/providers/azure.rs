@@ -55,6 +55,7 @@ fn url(target: &Target<'_>, operation: Operation) -> Result<String, Rejection> {
         Operation::Completions => "completions",
         Operation::Embeddings => "embeddings",
         Operation::CountTokens => return Err(super::only_for(operation)),
+        Operation::Responses => "responses",
     };
     let mut url = format!(
         "{}/openai/deployments/{}/{path}",

@@ -39,7 +39,8 @@ impl Adapter for GeminiAdapter {
                 return Err(super::only_for(request.operation));
             }
             Operation::Embeddings => embed::request(&request.body, model)?,
-            Operation::Chat => {
+            // A Responses request arrives here already translated to chat (`responses`).
+            Operation::Chat | Operation::Responses => {
                 let translated;
                 let openai = match request.format {
                     ClientFormat::OpenAi => &request.body,

@@ -13,6 +13,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::responses;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
@@ -34,6 +35,7 @@ impl Adapter for OpenAiAdapter {
             Operation::Chat => "chat/completions",
             Operation::Completions => "completions",
             Operation::Embeddings => "embeddings",
+            Operation::Responses => "responses",
             Operation::CountTokens => return Err(super::only_for(request.operation)),
         };
         let url = format!("{}/{path}", target.provider.base_url);
@@ -107,6 +109,12 @@ pub(crate) fn decode(request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
             usage,
         }),
         (Operation::CountTokens, _) => None,
+        (Operation::Responses, _) => {
+            responses::passthrough::probe_response(body).map(|usage| Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage,
+            })
+        }
         (Operation::Chat | Operation::Completions, ClientFormat::OpenAi) => probe_completion(body)
             .map(|usage| Decoded {
                 body: Bytes::copy_from_slice(body),

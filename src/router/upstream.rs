@@ -62,7 +62,7 @@ impl Attempter for JsonAttempter<'_> {
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
     ) -> Attempt<JsonReply> {
-        let adapter = providers::adapter(provider.kind);
+        let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
             client: self.client,
             provider,
@@ -225,7 +225,7 @@ impl Attempter for StreamAttempter<'_> {
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
     ) -> Attempt<CommittedStream> {
-        let adapter = providers::adapter(provider.kind);
+        let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
             client: self.client,
             provider,

@@ -119,6 +119,16 @@ async fn serve(
         Err(error) => return refuse(guard, error, format),
     };
     prepared.caller = breaker_caller(&caller);
+    // The Responses API's stored state: the input rebuilt from the previous turn.
+    let responses_plan = match endpoint.operation {
+        Operation::Responses => {
+            match super::responses::before(state, &caller, &mut prepared.request).await {
+                Ok(plan) => Some(plan),
+                Err(error) => return refuse(guard, error, format),
+            }
+        }
+        _ => None,
+    };
     let permit = match admission::admit(state, &caller, &id).await {
         Ok(permit) => permit,
         Err(error) => return refuse(guard, error, format),
@@ -129,6 +139,9 @@ async fn serve(
     } else {
         route_json(state, prepared, guard, permit).await
     };
+    if let Some(plan) = responses_plan {
+        response = super::responses::after(plan, response).await;
+    }
     admission::add_rate_headers(&mut response, &rate_headers);
     response
 }
@@ -353,7 +366,7 @@ fn exhausted<T>(
     let degraded = route
         .degraded
         .as_ref()
-        .filter(|_| request.operation == Operation::Chat);
+        .filter(|_| request.operation != Operation::Embeddings);
     let Some(content) = degraded else {
         let failures = describe_failures(&run.attempts);
         // Rate-limited everywhere: a 429 with the soonest retry lets the client's SDK wait
@@ -372,6 +385,16 @@ fn exhausted<T>(
     let id = guard.record().id.clone();
     let name = route.name.as_str();
     let response = match (stream, request.format) {
+        _ if request.operation == Operation::Responses => {
+            let (content_type, body) = if stream {
+                let body = super::responses::degraded::stream(&request.body, name, content);
+                ("text/event-stream", body)
+            } else {
+                let body = super::responses::degraded::response(&request.body, name, content);
+                ("application/json", body)
+            };
+            ([(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
         (true, ClientFormat::OpenAi) => {
             let body = degraded::stream(&id, name, content, request.asked_stream_usage());
             ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()

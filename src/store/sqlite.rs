@@ -2,6 +2,7 @@
 
 mod provider_keys;
 mod request_log;
+mod response_state;
 mod rollup;
 
 use std::sync::{Arc, Mutex};
@@ -93,6 +94,28 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX log_rollup_minute ON log_rollup (minute_ms);",
     // Virtual keys may expire; NULL is never.
     "ALTER TABLE virtual_keys ADD COLUMN expires_ms INTEGER;",
+    // The state of responses served on `/v1/responses`, for `previous_response_id`.
+    // Keyed by scope too: an id a provider made could repeat, but never reach another key's.
+    // `IF NOT EXISTS`: a test may rewind `user_version` over a schema that already has them.
+    "CREATE TABLE IF NOT EXISTS response_state (
+         scope TEXT NOT NULL,
+         id TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         input TEXT NOT NULL,
+         response TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
+     );
+     -- Each stored response's output items by id, for the `item_reference`s of a later turn.
+     CREATE TABLE IF NOT EXISTS response_items (
+         scope TEXT NOT NULL,
+         id TEXT NOT NULL,
+         response_id TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         item TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
+     );
+     CREATE INDEX IF NOT EXISTS response_items_time ON response_items (created_ms);
+     CREATE INDEX IF NOT EXISTS response_state_time ON response_state (created_ms);",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.

@@ -1,6 +1,7 @@
 """Starts scripted fake providers and a gateway in front of them, as real processes.
 
-Two OpenAI-shaped fakes back the `smart` route; one fake per provider kind (openai,
+Two OpenAI-shaped fakes back the `smart` route (the first also speaks the Responses API;
+`smart-claude` has it before the Anthropic-shaped fake); one fake per provider kind (openai,
 anthropic, gemini, azure) backs a one-step route `via-KIND`; `limited` is a deployment of
 its own on the anthropic fake, for rate limits that must not bench `via-anthropic`; `cross`
 is an Anthropic primary before an OpenAI secondary. Each test scripts the fakes over HTTP
@@ -107,6 +108,8 @@ name = "primary"
 kind = "openai"
 base_url = "{primary}"
 key_required = false
+# It speaks the Responses API too (as OpenAI's own base URL would by default).
+responses = true
 
 [[providers]]
 name = "secondary"
@@ -173,6 +176,14 @@ key_required = false
 [[routes]]
 name = "limited"
 steps = [{{ provider = "limited", model = "claude-sonnet-4-5" }}]
+
+# The Responses API passed through to primary, with an Anthropic fallback.
+[[routes]]
+name = "smart-claude"
+steps = [
+  {{ provider = "primary", model = "big" }},
+  {{ provider = "anthropic", model = "claude-sonnet-4-5" }},
+]
 
 [[routes]]
 name = "cross"
