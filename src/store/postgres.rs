@@ -44,8 +44,8 @@ const KEYS_LOCK: i64 = 0x5357_5944_4b45_5953; // "SWYDKEYS"
 #[derive(Clone)]
 pub struct PgStore {
     pool: Pool,
-    /// What the listener connects with.
-    config: tokio_postgres::Config,
+    /// What the listener connects with (shared: clones of the store are many, and cheap).
+    config: std::sync::Arc<tokio_postgres::Config>,
 }
 
 /// Whether a store URL names PostgreSQL.
@@ -111,7 +111,10 @@ impl PgStore {
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| StoreError::Pool(e.to_string()))?;
-        let store = PgStore { pool, config };
+        let store = PgStore {
+            pool,
+            config: std::sync::Arc::new(config),
+        };
         migrate::run(&store).await?;
         Ok(store)
     }
@@ -131,7 +134,7 @@ impl PgStore {
 
     /// Starts listening for changes made by any instance; see [`Listener`].
     pub fn listen(&self) -> Listener {
-        Listener::start(self.config.clone())
+        Listener::start((*self.config).clone())
     }
 
     pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
