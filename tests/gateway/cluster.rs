@@ -261,3 +261,29 @@ async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_s
         );
     }
 }
+
+#[test]
+fn check_and_serve_refuse_a_sslmode_they_cannot_honour() {
+    let path = std::env::temp_dir().join(format!("switchyard-tls-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"postgres://sy:s3cret@127.0.0.1:1/db?sslmode=require\"\n",
+    )
+    .unwrap();
+    for command in ["check", "serve"] {
+        let output = std::process::Command::new(BIN)
+            .args([command, "--config"])
+            .arg(&path)
+            .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{command} refuses it");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("store.url: sslmode=require is not supported"),
+            "{command}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{command}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
