@@ -107,7 +107,9 @@ async fn overall_requests(store: &Store) -> u64 {
 
 #[tokio::test]
 async fn virtual_keys_round_trip_and_revocation_moves_the_generation() {
-    for (backend, store, _db) in backends("virtual_keys_round_trip").await {
+    for (backend, store, _db) in
+        backends("virtual_keys_round_trip_and_revocation_moves_the_generation").await
+    {
         let secret = "sy-abcdefghijklmnop";
         let before = store.generation().await.unwrap();
         store
@@ -133,7 +135,7 @@ async fn virtual_keys_round_trip_and_revocation_moves_the_generation() {
 
 #[tokio::test]
 async fn provider_keys_rotate_roll_back_purge_and_go() {
-    for (backend, store, _db) in backends("provider_keys_rotate").await {
+    for (backend, store, _db) in backends("provider_keys_rotate_roll_back_purge_and_go").await {
         assert_eq!(
             store
                 .put_provider_key(provider_key("main", b"one"))
@@ -191,7 +193,7 @@ async fn provider_keys_rotate_roll_back_purge_and_go() {
 
 #[tokio::test]
 async fn the_first_master_key_check_value_is_kept() {
-    for (backend, store, _db) in backends("master_key_check").await {
+    for (backend, store, _db) in backends("the_first_master_key_check_value_is_kept").await {
         let first = Sealed {
             nonce: vec![1; 12],
             ciphertext: vec![1, 2, 3],
@@ -211,7 +213,7 @@ async fn the_first_master_key_check_value_is_kept() {
 
 #[tokio::test]
 async fn log_rows_round_trip_filter_and_purge() {
-    for (backend, store, _db) in backends("log_rows_round_trip").await {
+    for (backend, store, _db) in backends("log_rows_round_trip_filter_and_purge").await {
         let rows = vec![
             log_row("a", 1_000, "success"),
             log_row("b", 2_000, "fallback"),
@@ -260,7 +262,7 @@ async fn log_rows_round_trip_filter_and_purge() {
 
 #[tokio::test]
 async fn a_replayed_batch_is_stored_and_rolled_up_once() {
-    for (backend, store, _db) in backends("replayed_batch").await {
+    for (backend, store, _db) in backends("a_replayed_batch_is_stored_and_rolled_up_once").await {
         let now = now_ms();
         let rows = vec![log_row("a", now, "success"), log_row("b", now, "fallback")];
         assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 2);

@@ -85,7 +85,10 @@ async fn log_rows(db: &TestDb) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_starting_at_once_on_an_empty_database_migrate_it_once() {
-    let Some(db) = TestDb::create("three_instances_starting_at_once").await else {
+    let Some(db) =
+        TestDb::create("three_instances_starting_at_once_on_an_empty_database_migrate_it_once")
+            .await
+    else {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
@@ -122,7 +125,10 @@ async fn three_instances_starting_at_once_on_an_empty_database_migrate_it_once()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_thousand_requests_over_three_instances_are_three_thousand_rows() {
-    let Some(db) = TestDb::create("three_thousand_requests").await else {
+    let Some(db) =
+        TestDb::create("three_thousand_requests_over_three_instances_are_three_thousand_rows")
+            .await
+    else {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
@@ -179,7 +185,10 @@ async fn until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second() {
-    let Some(db) = TestDb::create("a_key_revoked_on_one_instance").await else {
+    let Some(db) =
+        TestDb::create("a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second")
+            .await
+    else {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
@@ -230,7 +239,11 @@ async fn put_key(instance: &Spawned, secret: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_second() {
-    let Some(db) = TestDb::create("a_provider_key_rotated_on_one_instance").await else {
+    let Some(db) = TestDb::create(
+        "a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_second",
+    )
+    .await
+    else {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();

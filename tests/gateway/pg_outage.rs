@@ -34,7 +34,7 @@ async fn row_ids(url: &str) -> Option<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
-    let test = "postgres_down_under_load";
+    let test = "postgres_down_under_load_loses_no_row_and_duplicates_none";
     let Some(server) = PgServer::start(test) else {
         return;
     };

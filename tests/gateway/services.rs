@@ -3,7 +3,7 @@
 //! `scripts/test` sets `SWITCHYARD_REQUIRE_SERVICES=1`, so in CI a missing service fails the
 //! test; a plain `cargo test` elsewhere prints which tests it skipped and why.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,7 +17,8 @@ fn skip(test: &str, why: &str) {
         !required(),
         "{test}: {why}, and SWITCHYARD_REQUIRE_SERVICES=1 forbids skipping"
     );
-    eprintln!("SKIPPED {test}: {why}");
+    // Straight to stderr, past the test harness's capture: a plain `cargo test` shows it.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// Whether the shared Redis answers at 127.0.0.1:6379; says so when it does not.

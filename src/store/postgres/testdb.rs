@@ -5,6 +5,8 @@
 //! Where no PostgreSQL answers, [`TestDb::create`] says which test it skips; with
 //! `SWITCHYARD_REQUIRE_SERVICES=1` (as `scripts/test` sets) it fails the test instead.
 
+use std::io::Write;
+
 use tokio_postgres::NoTls;
 
 /// The server tests use, without a database.
@@ -53,7 +55,9 @@ impl TestDb {
                     !required(),
                     "{test}: {why}, and SWITCHYARD_REQUIRE_SERVICES=1 forbids skipping"
                 );
-                eprintln!("SKIPPED {test}: {why}");
+                // Straight to stderr, past the test harness's capture: a plain `cargo test`
+                // shows every skip.
+                let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
                 None
             }
         }

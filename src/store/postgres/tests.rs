@@ -22,7 +22,9 @@ fn key(secret: &[u8]) -> NewProviderKey {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn instances_opening_an_empty_database_at_once_migrate_it_once() {
-    let Some(db) = TestDb::create("instances_opening_an_empty_database_at_once").await else {
+    let Some(db) =
+        TestDb::create("instances_opening_an_empty_database_at_once_migrate_it_once").await
+    else {
         return;
     };
     let url = db.url();
@@ -53,7 +55,8 @@ async fn instances_opening_an_empty_database_at_once_migrate_it_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotations_on_two_instances_at_once_get_distinct_versions() {
-    let Some(db) = TestDb::create("rotations_on_two_instances_at_once").await else {
+    let Some(db) = TestDb::create("rotations_on_two_instances_at_once_get_distinct_versions").await
+    else {
         return;
     };
     let a = PgStore::open(&db.url()).await.unwrap();
@@ -76,7 +79,8 @@ async fn rotations_on_two_instances_at_once_get_distinct_versions() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_on_one_instance_wakes_the_listener_of_another() {
-    let Some(db) = TestDb::create("a_change_on_one_instance_wakes").await else {
+    let Some(db) = TestDb::create("a_change_on_one_instance_wakes_the_listener_of_another").await
+    else {
         return;
     };
     let writer = PgStore::open(&db.url()).await.unwrap();
