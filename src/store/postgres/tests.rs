@@ -111,3 +111,33 @@ fn urls_are_checked_and_shown_without_their_password() {
     let no_db = super::parse_url("postgres://sy@db").unwrap_err();
     assert!(no_db.contains("names no database"), "{no_db}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_cut_off_reconnects_and_wakes_for_what_it_may_have_missed() {
+    let Some(db) =
+        TestDb::create("a_listener_cut_off_reconnects_and_wakes_for_what_it_may_have_missed").await
+    else {
+        return;
+    };
+    let writer = PgStore::open(&db.url()).await.unwrap();
+    let watcher = PgStore::open(&db.url()).await.unwrap();
+    let mut listener = watcher.listen();
+    tokio::time::timeout(Duration::from_secs(10), listener.changed())
+        .await
+        .expect("the listener connects");
+    let client = writer.client().await.unwrap();
+    let cut = client
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut.len(), 1, "one listening connection");
+    // Made while no connection listens: its NOTIFY is lost, the reconnection makes up for it.
+    writer.put_provider_key(key(b"one")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), listener.changed())
+        .await
+        .expect("the listener wakes after reconnecting");
+}
