@@ -32,6 +32,8 @@ pub async fn watch_store(state: Weak<Shared>, mut seen: i64) {
     };
     let poll = if listener.is_some() { RECONCILE } else { POLL };
     let mut next_purge = Instant::now() + PURGE_EVERY;
+    // An unreachable store is said once, not at every poll, and its return once too.
+    let mut unreachable = false;
     loop {
         match listener.as_mut() {
             Some(listener) => tokio::select! {
@@ -49,13 +51,25 @@ pub async fn watch_store(state: Weak<Shared>, mut seen: i64) {
                 tracing::warn!(error = %e, "cannot purge expired provider keys");
             }
         }
-        match state.store.generation().await {
-            Ok(generation) if generation != seen => match state.reload(generation).await {
+        let generation = match state.store.generation().await {
+            Ok(generation) => generation,
+            Err(e) => {
+                if !unreachable {
+                    tracing::warn!(error = %e, "cannot check the store for changes; serving the keys already loaded");
+                }
+                unreachable = true;
+                continue;
+            }
+        };
+        if unreachable {
+            tracing::info!("the store answers again");
+            unreachable = false;
+        }
+        if generation != seen {
+            match state.reload(generation).await {
                 Ok(()) => seen = generation,
                 Err(e) => tracing::warn!(error = %e, "cannot reload keys from the store"),
-            },
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot check the store for changes"),
+            }
         }
     }
 }
