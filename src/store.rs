@@ -4,6 +4,9 @@
 //! trait objects; each method is async, and the SQLite backend runs its queries on the
 //! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
 
+#[cfg(test)]
+mod contract;
+pub mod postgres;
 pub mod request_log;
 pub mod response_state;
 pub mod rollup;
@@ -16,15 +19,24 @@ use crate::keys::vault::Sealed;
 use request_log::{LogQuery, LogRow};
 use response_state::StoredResponse;
 
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("unsupported store url `{0}`: use sqlite://PATH or sqlite::memory:")]
+    #[error(
+        "unsupported store url `{0}`: use sqlite://PATH, sqlite::memory: or postgres://USER@HOST:PORT/DB"
+    )]
     UnsupportedUrl(String),
+    #[error("store url: {0}")]
+    BadUrl(String),
     #[error("store error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL store error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error("PostgreSQL store unreachable: {0}")]
+    Pool(String),
     #[error("store task failed: {0}")]
     Task(String),
 }
@@ -143,11 +155,15 @@ impl ProviderKeyRow {
 #[derive(Clone)]
 pub enum Store {
     Sqlite(SqliteStore),
+    Postgres(PgStore),
 }
 
 impl Store {
     /// Opens (and migrates) the store a config's `[store] url` names.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
+        if postgres::is_postgres_url(url) {
+            return Ok(Store::Postgres(PgStore::open(url).await?));
+        }
         if url == "sqlite::memory:" {
             return Ok(Store::Sqlite(SqliteStore::open_memory().await?));
         }
@@ -161,6 +177,7 @@ impl Store {
     pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(store) => store.insert_virtual_key(key).await,
+            Store::Postgres(store) => store.insert_virtual_key(key).await,
         }
     }
 
@@ -168,6 +185,7 @@ impl Store {
     pub async fn virtual_keys(&self) -> Result<Vec<VirtualKey>, StoreError> {
         match self {
             Store::Sqlite(store) => store.virtual_keys().await,
+            Store::Postgres(store) => store.virtual_keys().await,
         }
     }
 
@@ -175,6 +193,7 @@ impl Store {
     pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.revoke_virtual_key(key_or_id).await,
+            Store::Postgres(store) => store.revoke_virtual_key(key_or_id).await,
         }
     }
 
@@ -183,6 +202,7 @@ impl Store {
     pub async fn update_virtual_key(&self, key: VirtualKey) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.update_virtual_key(key).await,
+            Store::Postgres(store) => store.update_virtual_key(key).await,
         }
     }
 
@@ -190,6 +210,7 @@ impl Store {
     pub async fn put_provider_key(&self, key: NewProviderKey) -> Result<i64, StoreError> {
         match self {
             Store::Sqlite(store) => store.put_provider_key(key).await,
+            Store::Postgres(store) => store.put_provider_key(key).await,
         }
     }
 
@@ -197,6 +218,7 @@ impl Store {
     pub async fn provider_keys(&self) -> Result<Vec<ProviderKeyRow>, StoreError> {
         match self {
             Store::Sqlite(store) => store.provider_keys().await,
+            Store::Postgres(store) => store.provider_keys().await,
         }
     }
 
@@ -213,6 +235,11 @@ impl Store {
                     .rollback_provider_key(provider, key_id, window_ms)
                     .await
             }
+            Store::Postgres(store) => {
+                store
+                    .rollback_provider_key(provider, key_id, window_ms)
+                    .await
+            }
         }
     }
 
@@ -224,6 +251,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.remove_provider_key(provider, key_id).await,
+            Store::Postgres(store) => store.remove_provider_key(provider, key_id).await,
         }
     }
 
@@ -231,6 +259,7 @@ impl Store {
     pub async fn purge_provider_keys(&self, window_ms: i64) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.purge_provider_keys(window_ms).await,
+            Store::Postgres(store) => store.purge_provider_keys(window_ms).await,
         }
     }
 
@@ -238,6 +267,7 @@ impl Store {
     pub async fn master_key_check(&self, fresh: Sealed) -> Result<Sealed, StoreError> {
         match self {
             Store::Sqlite(store) => store.init_sealed_meta("master_key_check", fresh).await,
+            Store::Postgres(store) => store.init_sealed_meta("master_key_check", fresh).await,
         }
     }
 
@@ -249,6 +279,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.insert_log(rows.into()).await,
+            Store::Postgres(store) => store.insert_log(rows.into()).await,
         }
     }
 
@@ -256,6 +287,7 @@ impl Store {
     pub async fn query_log(&self, query: LogQuery) -> Result<Vec<LogRow>, StoreError> {
         match self {
             Store::Sqlite(store) => store.query_log(query).await,
+            Store::Postgres(store) => store.query_log(query).await,
         }
     }
 
@@ -269,6 +301,7 @@ impl Store {
     ) -> Result<A, StoreError> {
         match self {
             Store::Sqlite(store) => store.fold_rollups(after_ms, state, fold).await,
+            Store::Postgres(store) => store.fold_rollups(after_ms, state, fold).await,
         }
     }
 
@@ -276,6 +309,7 @@ impl Store {
     pub async fn count_log(&self) -> Result<u64, StoreError> {
         match self {
             Store::Sqlite(store) => store.count_log().await,
+            Store::Postgres(store) => store.count_log().await,
         }
     }
 
@@ -283,6 +317,7 @@ impl Store {
     pub async fn purge_log(&self, before_ms: i64) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.purge_log(before_ms).await,
+            Store::Postgres(store) => store.purge_log(before_ms).await,
         }
     }
 
@@ -290,6 +325,7 @@ impl Store {
     pub async fn put_response(&self, stored: StoredResponse) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(store) => store.put_response(stored).await,
+            Store::Postgres(store) => store.put_response(stored).await,
         }
     }
 
@@ -301,6 +337,7 @@ impl Store {
     ) -> Result<Option<StoredResponse>, StoreError> {
         match self {
             Store::Sqlite(store) => store.response(id, scope).await,
+            Store::Postgres(store) => store.response(id, scope).await,
         }
     }
 
@@ -308,6 +345,7 @@ impl Store {
     pub async fn response_item(&self, id: &str, scope: &str) -> Result<Option<String>, StoreError> {
         match self {
             Store::Sqlite(store) => store.response_item(id, scope).await,
+            Store::Postgres(store) => store.response_item(id, scope).await,
         }
     }
 
@@ -315,6 +353,7 @@ impl Store {
     pub async fn delete_response(&self, id: &str, scope: &str) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.delete_response(id, scope).await,
+            Store::Postgres(store) => store.delete_response(id, scope).await,
         }
     }
 
@@ -322,6 +361,7 @@ impl Store {
     pub async fn purge_responses(&self, before_ms: i64) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.purge_responses(before_ms).await,
+            Store::Postgres(store) => store.purge_responses(before_ms).await,
         }
     }
 
@@ -329,6 +369,7 @@ impl Store {
     pub async fn generation(&self) -> Result<i64, StoreError> {
         match self {
             Store::Sqlite(store) => store.generation().await,
+            Store::Postgres(store) => store.generation().await,
         }
     }
 }

@@ -11,6 +11,7 @@ mod gateway {
     mod breaker_judgement;
     mod breakers;
     mod client_hints;
+    mod cluster;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;
@@ -26,6 +27,7 @@ mod gateway {
     mod metrics;
     mod operator;
     mod passthrough;
+    mod pg_outage;
     mod readme;
     mod redis_faults;
     mod reload;

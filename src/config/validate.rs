@@ -136,10 +136,17 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         .url
         .unwrap_or_else(|| "sqlite://switchyard.db".into());
     let sqlite_file = store_url.strip_prefix("sqlite://");
-    if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
+    if crate::store::postgres::is_postgres_url(&store_url) {
+        if let Err(problem) = crate::store::postgres::parse_url(&store_url) {
+            errors.add("store.url", problem);
+        }
+    } else if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
         errors.add(
             "store.url",
-            format!("`{store_url}` is not a store: use sqlite://PATH or sqlite::memory:"),
+            format!(
+                "`{store_url}` is not a store: use sqlite://PATH, sqlite::memory: or \
+                 postgres://USER@HOST:PORT/DB"
+            ),
         );
     }
     let roles = raw

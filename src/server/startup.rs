@@ -10,9 +10,12 @@ use crate::config::LimitBackend;
 /// because everything that can stop a start has happened by now.
 pub(super) fn announce(state: &AppState, addr: SocketAddr, admin: Option<SocketAddr>) {
     let config = state.config();
-    let store = match config.store.url.strip_prefix("sqlite://") {
-        Some(path) => format!("SQLite file {path}"),
-        None => "SQLite in memory: nothing outlives this process".to_owned(),
+    let store = match (&state.store, config.store.url.strip_prefix("sqlite://")) {
+        (crate::store::Store::Postgres(pg), _) => {
+            format!("PostgreSQL at {}, shared by every instance", pg.shown())
+        }
+        (_, Some(path)) => format!("SQLite file {path}"),
+        (_, None) => "SQLite in memory: nothing outlives this process".to_owned(),
     };
     tracing::info!("store: {store}");
     let limiter = match config.limits.backend {

@@ -444,40 +444,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_update_changes_a_live_key_and_bumps_the_generation() {
-        let store = SqliteStore::open_memory().await.unwrap();
-        store
-            .insert_virtual_key(key("k1", "sy-abcdefghijklmnop"))
-            .await
-            .unwrap();
-        let mut changed = key("k1", "sy-abcdefghijklmnop");
-        changed.role = "ops".into();
-        changed.permissions = vec![];
-        changed.models = None;
-        changed.limits = LimitOverrides {
-            max_concurrent: Some(2),
-            ..LimitOverrides::default()
-        };
-        changed.expires_ms = Some(42);
-        let before = store.generation().await.unwrap();
-        assert!(store.update_virtual_key(changed.clone()).await.unwrap());
-        assert!(store.generation().await.unwrap() > before);
-        assert_eq!(store.virtual_keys().await.unwrap(), vec![changed.clone()]);
-
-        assert!(
-            !store
-                .update_virtual_key(key("nope", "sy-nothing-here"))
-                .await
-                .unwrap()
-        );
-        store.revoke_virtual_key("k1").await.unwrap();
-        assert!(
-            !store.update_virtual_key(changed).await.unwrap(),
-            "a revoked key stays as it was revoked"
-        );
-    }
-
-    #[tokio::test]
     async fn keys_stored_before_expiry_existed_never_expire() {
         let connection = Connection::open_in_memory().unwrap();
         // The schema as released before the expiry migration, with a key in it.
