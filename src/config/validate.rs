@@ -2,6 +2,7 @@
 
 mod access;
 mod breaker;
+mod cluster;
 mod lease;
 mod location;
 mod server;
@@ -107,6 +108,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let mut errors = Errors::default();
     let server = server::server(&mut errors, raw.server);
     let limits = limits(&mut errors, raw.limits);
+    let cluster = cluster::cluster(&mut errors, raw.cluster, &limits);
     errors.unique("roles", raw.roles.iter().map(|r| r.name.as_str()));
     errors.unique("providers", raw.providers.iter().map(|p| p.name.as_str()));
     errors.unique("routes", raw.routes.iter().map(|r| r.name.as_str()));
@@ -186,6 +188,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         alerts,
         prices,
         admin,
+        cluster,
     })
 }
 
@@ -215,13 +218,7 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
     let redis_url = raw
         .redis_url
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-    match reqwest::Url::parse(&redis_url) {
-        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
-        _ => errors.add(
-            "limits.redis_url",
-            format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
-        ),
-    }
+    cluster::check_redis_url(errors, "limits.redis_url", &redis_url);
     LimitsConfig {
         backend,
         redis_url,

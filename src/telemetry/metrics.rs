@@ -87,6 +87,9 @@ pub struct Metrics {
     pub log_rows_replayed: Counter,
     /// Bytes in the spill journal now.
     pub log_spill_bytes: Gauge,
+    /// 1 while breakers are shared through the cluster's Redis, 0 while they are local (no
+    /// cluster configured, or its Redis unreachable).
+    pub breakers_shared: Gauge,
 }
 
 impl Default for Metrics {
@@ -121,6 +124,7 @@ impl Metrics {
             log_rows_spilled: Counter::default(),
             log_rows_replayed: Counter::default(),
             log_spill_bytes: Gauge::default(),
+            breakers_shared: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -217,6 +221,11 @@ impl Metrics {
             "switchyard_log_spill_bytes",
             "Bytes in the request log's spill journal",
             metrics.log_spill_bytes.clone(),
+        );
+        registry.register(
+            "switchyard_breakers_shared",
+            "1 while breakers are shared through the cluster's Redis, 0 while they are local",
+            metrics.breakers_shared.clone(),
         );
         Metrics {
             registry,
