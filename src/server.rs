@@ -563,11 +563,7 @@ async fn readyz(State(state): State<AppState>) -> Response {
     let log_refusing = state.telemetry.refusing();
     let status = if state.draining.load(Ordering::SeqCst) {
         "draining"
-    } else if !limits_healthy
-        || store_problem.is_some()
-        || log_refusing
-        || state.health.link().is_some_and(|link| !link.shared())
-    {
+    } else if !limits_healthy || store_problem.is_some() || log_refusing {
         "degraded"
     } else {
         "ready"
@@ -592,7 +588,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "log": log,
         // Provider-key rows that do not decrypt are skipped; the rest keep reloading.
         "keys": { "unreadable_rows": state.keys.unreadable_rows() },
-        // Breakers that cannot be shared still protect this instance: degraded, not down.
+        // Breakers that cannot be shared still protect this instance, so this is detail
+        // only: the instance stays in rotation.
         "breakers": breakers_readiness(&state),
     }));
     // Fail-closed limits (or a full log that refuses) refuse every request, so a load

@@ -47,6 +47,7 @@ pub struct RawConfig {
 pub struct RawCluster {
     pub redis_url: Option<String>,
     pub key_prefix: Option<String>,
+    pub shared_breakers: Option<bool>,
 }
 
 /// Who may read the observability endpoints, and how many scorecards run at once.

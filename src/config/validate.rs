@@ -218,7 +218,13 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
     let redis_url = raw
         .redis_url
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-    cluster::check_redis_url(errors, "limits.redis_url", &redis_url);
+    match reqwest::Url::parse(&redis_url) {
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        _ => errors.add(
+            "limits.redis_url",
+            format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
+        ),
+    }
     LimitsConfig {
         backend,
         redis_url,

@@ -19,14 +19,17 @@ use super::support::*;
 use primary::{Mode, Primary};
 
 const METRICS_TOKEN: &str = "cluster-metrics-token";
+/// Long enough that the checks made while a breaker is open finish inside it, even on a
+/// busy machine.
+const COOLDOWN: &str = "4s";
 
 /// The sections every member shares: route `r` = primary → secondary, a breaker that opens
-/// after three failures from anyone, and a two-second cooldown.
+/// after three failures from anyone, and a [`COOLDOWN`].
 fn member_config(primary: &str, secondary: &FakeHandle, redis_url: &str, prefix: &str) -> String {
     format!(
         "[admin]\nmetrics_token = \"{METRICS_TOKEN}\"\n\
          [cluster]\nredis_url = \"{redis_url}\"\nkey_prefix = \"{prefix}\"\n\
-         [breaker]\nconsecutive_failures = 3\nmin_callers = 1\ncooldown = \"2s\"\ncooldown_min = \"2s\"\n\
+         [breaker]\nconsecutive_failures = 3\nmin_callers = 1\ncooldown = \"{COOLDOWN}\"\ncooldown_min = \"{COOLDOWN}\"\n\
          [retry]\nattempts_per_step = 1\nattempt_timeout = \"20s\"\nrequest_deadline = \"30s\"\n\
          {primary}{}{}",
         provider("secondary", secondary),
@@ -331,7 +334,6 @@ async fn without_redis_breakers_are_local_and_rejoin_when_it_returns() {
         let ready = readiness(&g.url()).await;
         assert_eq!(ready["breakers"]["mode"], "cluster");
         assert!(ready["breakers"]["error"].is_string(), "{ready}");
-        assert_eq!(ready["status"], "degraded");
         assert_eq!(metric(g.url()).await.as_deref(), Some("0"));
     }
     // Local breakers still protect each instance: the first opens alone.

@@ -9,6 +9,7 @@ const MAX_PREFIX: usize = 128;
 
 /// `redis_url` defaults to the limiter's when the limits use Redis: one Redis already
 /// shared by every instance is the natural place for their breakers too.
+/// `shared_breakers = false` keeps breakers local all the same.
 pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> ClusterConfig {
     let redis_url = match raw.redis_url {
         Some(url) => {
@@ -16,7 +17,8 @@ pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> C
             Some(url)
         }
         None => (limits.backend == LimitBackend::Redis).then(|| limits.redis_url.clone()),
-    };
+    }
+    .filter(|_| raw.shared_breakers.unwrap_or(true));
     let key_prefix = match raw.key_prefix {
         Some(prefix) => {
             if prefix.is_empty() || prefix.len() > MAX_PREFIX {
@@ -71,6 +73,9 @@ mod tests {
             parse("[cluster]\nredis_url = \"redis://c:6379\"\nkey_prefix = \"c1\"\n").unwrap();
         assert_eq!(config.cluster.redis_url.as_deref(), Some("redis://c:6379"));
         assert_eq!(config.cluster.key_prefix, "c1");
+        let config =
+            parse("[limits]\nbackend = \"redis\"\n[cluster]\nshared_breakers = false\n").unwrap();
+        assert_eq!(config.cluster.redis_url, None);
     }
 
     #[test]
