@@ -27,14 +27,6 @@ const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 const SYNC_INTERVAL: Duration = Duration::from_millis(500);
 /// How long to wait before trying to rejoin a Redis that could not be reached.
 const REJOIN_AFTER: Duration = Duration::from_millis(500);
-/// How long a probe lease lasts unless renewed; renewed every sync while its probe is out,
-/// so a holder that dies holds up the cluster's probe for at most this.
-const LEASE_TTL: Duration = Duration::from_secs(3);
-/// A lease whose probe has not gone out by then goes back (this instance's traffic for
-/// the deployment stopped), so another instance can probe.
-const LEASE_IDLE: Duration = Duration::from_secs(1);
-/// Wishes for the same lease closer together than this are one wish.
-const WISH_SPACING: Duration = Duration::from_millis(50);
 
 /// Where this cluster's breakers live in Redis.
 struct Keys {
@@ -89,6 +81,8 @@ struct Scripts {
     renew: Script,
     release: Script,
 }
+
+mod leases;
 
 impl Member {
     /// Starts the member for `health`, whose table holds `link`; it runs until the health
@@ -383,81 +377,8 @@ impl Member {
             return Ok(());
         };
         health.adopt_snapshot(&open, version, Instant::now());
-        for lease in health.held_leases() {
-            let key = self.keys.lease(&wire::field(&lease.id));
-            if lease.probing {
-                let mut renew = self.scripts.renew.prepare_invoke();
-                renew.key(&key).arg(&self.origin).arg(millis(LEASE_TTL));
-                timed(renew.invoke_async::<i64>(connection)).await?;
-            } else if lease.since.elapsed() >= LEASE_IDLE && health.give_back_lease(&lease.id) {
-                self.release(connection, &key).await?;
-            }
-        }
-        let now = Instant::now();
-        self.wished
-            .retain(|_, at| now.duration_since(*at) < WISH_SPACING);
-        Ok(())
-    }
-
-    /// Asks for the probe lease of `id`, whose cooldown is over here.
-    async fn take_lease(
-        &mut self,
-        connection: &mut MultiplexedConnection,
-        id: DeploymentId,
-    ) -> Result<(), &'static str> {
-        let now = Instant::now();
-        if self
-            .wished
-            .get(&id)
-            .is_some_and(|at| now.duration_since(*at) < WISH_SPACING)
-        {
-            return Ok(());
-        }
-        self.wished.insert(id.clone(), now);
-        let Some(health) = self.health.upgrade() else {
-            return Ok(());
-        };
-        let Some(version) = health.lease_wanted(&id, now) else {
-            return Ok(());
-        };
-        let field = wire::field(&id);
-        let key = self.keys.lease(&field);
-        let mut take = self.scripts.take.prepare_invoke();
-        take.key(&self.keys.hash)
-            .key(&key)
-            .arg(&field)
-            .arg(version)
-            .arg(millis(LEASE_TTL))
-            .arg(&self.origin);
-        match timed(take.invoke_async::<i64>(connection)).await? {
-            1 => {
-                if !health.lease_taken(&id, version, Instant::now()) {
-                    self.release(connection, &key).await?;
-                }
-                Ok(())
-            }
-            // This instance missed a change: read the shared state now.
-            -1 => {
-                drop(health);
-                self.sync(connection).await
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-impl Member {
-    /// Gives a lease back, if it is still this instance's.
-    async fn release(
-        &self,
-        connection: &mut MultiplexedConnection,
-        key: &str,
-    ) -> Result<(), &'static str> {
-        let mut release = self.scripts.release.prepare_invoke();
-        release.key(key).arg(&self.origin);
-        timed(release.invoke_async::<i64>(connection))
-            .await
-            .map(drop)
+        drop(health);
+        self.tend_leases(connection).await
     }
 }
 
