@@ -156,6 +156,9 @@ pub enum StartError {
     Keys(#[from] KeyError),
     #[error("[admin] token_file {0}")]
     AdminTokenFile(String),
+    /// The client's own words could repeat the URL, and with it a password.
+    #[error("invalid [cluster] redis_url")]
+    ClusterRedis,
 }
 
 /// What a gateway takes besides its config: things that come from the environment.
@@ -256,7 +259,7 @@ impl AppState {
         .await?;
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
-        let health = Arc::new(Health::new(config.breaker.clone()));
+        let health = shared_breakers(&config, &telemetry)?;
         let scorecards = Arc::new(tokio::sync::Semaphore::new(
             config.admin.max_concurrent_scorecards,
         ));
@@ -308,6 +311,21 @@ impl Shared {
         let generation = self.store.generation().await?;
         self.reload(generation).await
     }
+}
+
+/// The health table: its breakers shared through the cluster's Redis when `[cluster]` (or
+/// Redis limits) name one, local otherwise.
+fn shared_breakers(config: &Config, telemetry: &Telemetry) -> Result<Arc<Health>, StartError> {
+    let Some(url) = config.cluster.redis_url.as_deref() else {
+        return Ok(Arc::new(Health::new(config.breaker.clone())));
+    };
+    let (link, inbox) = crate::cluster::Link::new();
+    let link = Arc::new(link);
+    let health = Arc::new(Health::clustered(config.breaker.clone(), link.clone()));
+    let metrics = telemetry.metrics.clone();
+    crate::cluster::member::Member::spawn(&config.cluster, url, &health, link, inbox, metrics)
+        .map_err(|_| StartError::ClusterRedis)?;
+    Ok(health)
 }
 
 /// The whole HTTP surface, for `run` and for tests that drive it directly. The admin API
@@ -655,6 +673,9 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "log": log,
         // Provider-key rows that do not decrypt are skipped; the rest keep reloading.
         "keys": { "unreadable_rows": state.keys.unreadable_rows() },
+        // Breakers that cannot be shared still protect this instance, so this is detail
+        // only: the instance stays in rotation.
+        "breakers": breakers_readiness(&state),
     }));
     // Fail-closed limits (or a full log that refuses) refuse every request, so a load
     // balancer should look elsewhere.
@@ -664,6 +685,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
         StatusCode::OK
     };
     (code, body).into_response()
+}
+
+/// Whether breakers are shared with the cluster, and if they should be but are not, why.
+fn breakers_readiness(state: &AppState) -> serde_json::Value {
+    match state.health.link() {
+        None => json!({ "mode": "local", "shared": false, "error": null }),
+        Some(link) => json!({
+            "mode": "cluster",
+            "shared": link.shared(),
+            "error": link.problem(),
+        }),
+    }
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {

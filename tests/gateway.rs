@@ -7,11 +7,12 @@ mod gateway {
     pub mod support;
 
     mod access;
-    mod bounds;
+    pub mod bounds;
     mod breaker_judgement;
     mod breakers;
     mod client_hints;
     mod cluster;
+    mod cluster_breakers;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;

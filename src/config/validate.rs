@@ -2,6 +2,7 @@
 
 mod access;
 mod breaker;
+mod cluster;
 mod lease;
 mod location;
 mod server;
@@ -107,6 +108,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let mut errors = Errors::default();
     let server = server::server(&mut errors, raw.server);
     let limits = limits(&mut errors, raw.limits);
+    let cluster = cluster::cluster(&mut errors, raw.cluster, &limits);
     errors.unique("roles", raw.roles.iter().map(|r| r.name.as_str()));
     errors.unique("providers", raw.providers.iter().map(|p| p.name.as_str()));
     errors.unique("routes", raw.routes.iter().map(|r| r.name.as_str()));
@@ -193,6 +195,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         alerts,
         prices,
         admin,
+        cluster,
     })
 }
 

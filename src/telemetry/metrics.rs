@@ -92,6 +92,9 @@ pub struct Metrics {
     pub log_rows_replayed: Counter,
     /// Bytes in the spill journal now.
     pub log_spill_bytes: Gauge,
+    /// 1 while breakers are shared through the cluster's Redis, 0 while they are local (no
+    /// cluster configured, or its Redis unreachable).
+    pub breakers_shared: Gauge,
 }
 
 impl Default for Metrics {
@@ -127,6 +130,7 @@ impl Metrics {
             log_rows_spilled: Counter::default(),
             log_rows_replayed: Counter::default(),
             log_spill_bytes: Gauge::default(),
+            breakers_shared: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -225,6 +229,11 @@ impl Metrics {
             metrics.log_spill_bytes.clone(),
         );
         metrics.reload.register(&mut registry);
+        registry.register(
+            "switchyard_breakers_shared",
+            "1 while breakers are shared through the cluster's Redis, 0 while they are local",
+            metrics.breakers_shared.clone(),
+        );
         Metrics {
             registry,
             ..metrics

@@ -51,6 +51,17 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
     // The admin token is read once; the scorecard permits are counted once.
     keep!(admin.token_file);
     keep!(admin.max_concurrent_scorecards);
+    // The breakers' link to the cluster's Redis is made once. Compared by value, since its
+    // `Debug` hides the URL.
+    if running.cluster.redis_url != new.cluster.redis_url
+        || running.cluster.key_prefix != new.cluster.key_prefix
+    {
+        new.cluster = running.cluster.clone();
+        changed.push(FieldError {
+            field: "cluster".into(),
+            message: "needs a restart: the running value is kept until then".into(),
+        });
+    }
     (new, changed)
 }
 
@@ -66,18 +77,25 @@ mod tests {
         let new = Config::parse(
             "[server]\nlisten = \"127.0.0.1:9090\"\nmax_body_bytes = 1000\n\
              [[roles]]\nname = \"default\"\nrequests_per_minute = 5\n\
-             [breaker]\nconsecutive_failures = 2\n",
+             [breaker]\nconsecutive_failures = 2\n\
+             [cluster]\nredis_url = \"redis://127.0.0.1:6390\"\n",
         )
         .unwrap();
         let (kept, changed) = keep_running(&running, new);
         let fields: Vec<&str> = changed.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
             fields,
-            ["server.listen", "server.max_body_bytes", "breaker"],
+            [
+                "server.listen",
+                "server.max_body_bytes",
+                "breaker",
+                "cluster"
+            ],
             "{changed:?}"
         );
         assert_eq!(kept.server.listen, running.server.listen);
         assert_eq!(kept.server.max_body_bytes, running.server.max_body_bytes);
+        assert_eq!(kept.cluster.redis_url, None);
         assert_eq!(kept.roles[0].requests_per_minute, Some(5), "roles reload");
     }
 
