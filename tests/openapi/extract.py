@@ -4,7 +4,10 @@ Each named component becomes one standalone JSON Schema (draft 2020-12) file, na
 the component, holding every component it refers to under `$defs`. Descriptions and examples
 are left out: they validate nothing. The description is OpenAPI 3.1 but still marks some
 fields with 3.0's `nullable: true`, which JSON Schema does not know; such a schema is
-rewritten to also accept `null`, as OpenAPI defines it. To add a component (a Responses object, a stream event),
+rewritten to also accept `null`, as OpenAPI defines it. A few components recurse with draft
+2019-09's `$recursiveAnchor`/`$recursiveRef: "#"`, which draft 2020-12 no longer knows; as each
+component is a `$defs` entry here, not a document of its own, that is written as a plain
+`$ref` to the component itself. To add a component (a Responses object, a stream event),
 name it here and run, from the repository root, against openapi.json of the commit noted in
 SOURCE.md:
 
@@ -33,24 +36,28 @@ def nullable(node):
     return {"anyOf": [node, {"type": "null"}]}
 
 
-def strip(node, found):
+def strip(node, found, component):
     """The node without documentation, its component references rewritten to `$defs`."""
     if isinstance(node, dict) and node.get("nullable") is True:
-        return strip(nullable(node), found)
+        return strip(nullable(node), found, component)
     if isinstance(node, dict):
         out = {}
         for key, value in node.items():
             if key in DROPPED and not isinstance(value, dict | list):
                 continue
-            if key == "$ref" and isinstance(value, str) and value.startswith(PREFIX):
+            if key == "$recursiveAnchor":
+                continue
+            if key == "$recursiveRef" and value == "#":
+                out["$ref"] = f"#/$defs/{component}"
+            elif key == "$ref" and isinstance(value, str) and value.startswith(PREFIX):
                 name = value[len(PREFIX):]
                 found.add(name)
                 out[key] = f"#/$defs/{name}"
             else:
-                out[key] = strip(value, found)
+                out[key] = strip(value, found, component)
         return out
     if isinstance(node, list):
-        return [strip(item, found) for item in node]
+        return [strip(item, found, component) for item in node]
     return node
 
 
@@ -62,7 +69,7 @@ def closure(components, name):
         if current in defs:
             continue
         found = set()
-        defs[current] = strip(components[current], found)
+        defs[current] = strip(components[current], found, current)
         todo.extend(found - defs.keys())
     return defs
 

@@ -4,7 +4,8 @@ Two OpenAI-shaped fakes back the `smart` route (the first also speaks the Respon
 `smart-claude` has it before the Anthropic-shaped fake); one fake per provider kind (openai,
 anthropic, gemini, azure) backs a one-step route `via-KIND`; `limited` is a deployment of
 its own on the anthropic fake, for rate limits that must not bench `via-anthropic`; `cross`
-is an Anthropic primary before an OpenAI secondary. Each test scripts the fakes over HTTP
+is an Anthropic primary before an OpenAI secondary; `degraded` (a degraded tier) and `passthrough` (the
+Responses API on primary) have deployments of their own. Each test scripts the fakes over HTTP
 (PUT /_fake/script) before it sends its requests.
 """
 
@@ -184,6 +185,17 @@ steps = [
   {{ provider = "primary", model = "big" }},
   {{ provider = "anthropic", model = "claude-sonnet-4-5" }},
 ]
+
+# A degraded tier, and the Responses API passed through, each on a deployment of its own, so
+# the tests that fail them bench nothing another test needs (nor the other way round).
+[[routes]]
+name = "degraded"
+steps = [{{ provider = "openai", model = "gpt-degraded" }}]
+degraded = {{ content = "The assistant is temporarily unavailable." }}
+
+[[routes]]
+name = "passthrough"
+steps = [{{ provider = "primary", model = "passthrough" }}]
 
 [[routes]]
 name = "cross"

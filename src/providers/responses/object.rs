@@ -52,7 +52,10 @@ impl Echo {
         fields.insert("tools".into(), field("tools", json!([])));
         fields.insert("top_p".into(), field("top_p", json!(1.0)));
         fields.insert("truncation".into(), json!("disabled"));
-        fields.insert("user".into(), field("user", Value::Null));
+        // OpenAI's schema types `user` as a string, never null: echoed only when sent.
+        if let Some(user) = request.get("user").filter(|v| !v.is_null()) {
+            fields.insert("user".into(), user.clone());
+        }
         Echo {
             id: format!("resp_{}", uuid::Uuid::now_v7().simple()),
             created_at: unix_now(),
@@ -71,7 +74,11 @@ impl Echo {
         response.insert("incomplete_details".into(), Value::Null);
         response.insert("model".into(), json!(model));
         response.insert("output".into(), Value::Array(output));
-        response.insert("usage".into(), usage);
+        // The schema's `usage` is an object, never null: left out until it is known (as in
+        // `response.created`), which the SDKs read as "no usage".
+        if !usage.is_null() {
+            response.insert("usage".into(), usage);
+        }
         for (name, value) in &self.fields {
             response.insert(name.clone(), value.clone());
         }
@@ -239,5 +246,18 @@ mod tests {
         let cut = from_chat(&echo, &cut).unwrap();
         assert_eq!(cut["status"], "incomplete");
         assert_eq!(cut["incomplete_details"]["reason"], "max_output_tokens");
+    }
+
+    #[test]
+    fn unknown_usage_and_an_unsent_user_are_left_out_not_null() {
+        let started = Echo::of(&Map::new()).response("m", "in_progress", vec![], Value::Null);
+        assert!(started.get("usage").is_none());
+        assert!(started.get("user").is_none());
+        let request = json!({"user": "u-1"});
+        let echo = Echo::of(request.as_object().unwrap());
+        assert_eq!(
+            echo.response("m", "completed", vec![], Value::Null)["user"],
+            "u-1"
+        );
     }
 }
