@@ -197,6 +197,12 @@ degraded = {{ content = "The assistant is temporarily unavailable." }}
 name = "passthrough"
 steps = [{{ provider = "primary", model = "passthrough" }}]
 
+# The Vercel AI SDK's tests on primary's Responses API: a deployment of their own, so no
+# earlier test's failures on `smart` have benched it.
+[[routes]]
+name = "vercel"
+steps = [{{ provider = "primary", model = "vercel" }}]
+
 [[routes]]
 name = "cross"
 steps = [

@@ -32,7 +32,7 @@ def run(fakes, scenario, model):
     return result
 
 
-@pytest.mark.parametrize("model", ["smart", "via-openai", "via-anthropic"])
+@pytest.mark.parametrize("model", ["vercel", "via-openai", "via-anthropic"])
 def test_generate_text(fakes, model):
     for fake in (fakes["primary"], *fakes["kinds"].values()):
         fake.script({"content": "Hello from Vercel"})
@@ -41,7 +41,7 @@ def test_generate_text(fakes, model):
     assert result["ok"]["outputTokens"] == 3
 
 
-@pytest.mark.parametrize("model", ["smart", "via-openai", "via-gemini"])
+@pytest.mark.parametrize("model", ["vercel", "via-openai", "via-gemini"])
 def test_stream_text(fakes, model):
     for fake in (fakes["primary"], *fakes["kinds"].values()):
         fake.script({"content": "one two three", "chunks": 3})
@@ -49,7 +49,7 @@ def test_stream_text(fakes, model):
     assert result["ok"] == {"text": "one two three", "finishReason": "stop"}, result
 
 
-@pytest.mark.parametrize("model", ["smart", "via-openai"])
+@pytest.mark.parametrize("model", ["vercel", "via-openai"])
 def test_generate_object(fakes, model):
     for fake in (fakes["primary"], fakes["kinds"]["openai"]):
         fake.script({"content": '{"city":"Oslo"}'})
@@ -57,7 +57,7 @@ def test_generate_object(fakes, model):
     assert result["ok"]["object"] == {"city": "Oslo"}, result
 
 
-@pytest.mark.parametrize("model", ["smart", "via-openai", "via-anthropic"])
+@pytest.mark.parametrize("model", ["vercel", "via-openai", "via-anthropic"])
 def test_a_tool_round_trip(fakes, model):
     call = {"name": "get_weather", "arguments": {"city": "Oslo"}}
     for fake in (fakes["primary"], *fakes["kinds"].values()):
@@ -75,7 +75,7 @@ def test_served_by_a_fallback_step(fakes):
     assert result["ok"]["provider"] == "anthropic"
 
 
-@pytest.mark.parametrize("model", ["smart", "via-openai"])
+@pytest.mark.parametrize("model", ["vercel", "via-openai"])
 def test_a_mid_stream_failure_is_an_error(fakes, model):
     for fake in (fakes["primary"], fakes["kinds"]["openai"]):
         fake.script({"content": "a b c d", "chunks": 4, "error_after": 2})
