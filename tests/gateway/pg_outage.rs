@@ -86,7 +86,7 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
     fake.wait_until(|s| s.calls >= during + ANSWERED_DURING_OUTAGE)
         .await;
     // Not a wait for something to happen: the fault is held this long while the load runs.
-    tokio::time::sleep_until((down_at + OUTAGE).into()).await;
+    tokio::time::sleep_until(down_at + OUTAGE).await;
     eprintln!(
         "{test}: PostgreSQL was down for {:?}, {} requests answered meanwhile",
         down_at.elapsed(),
