@@ -13,6 +13,7 @@ mod gateway {
     mod client_hints;
     mod cluster;
     mod cluster_breakers;
+    mod cluster_limits;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;

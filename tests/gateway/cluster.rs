@@ -20,7 +20,7 @@ const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 /// What the issue promises: a change on one instance is in effect on all within this.
 const PROPAGATION: Duration = Duration::from_secs(1);
 
-fn env() -> [(&'static str, &'static str); 2] {
+pub(super) fn env() -> [(&'static str, &'static str); 2] {
     [
         ("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN),
         ("SWITCHYARD_MASTER_KEY", MASTER_KEY),
@@ -42,7 +42,7 @@ fn instances(config: &str, count: usize) -> Vec<Spawned> {
 }
 
 /// Runs the CLI against `config`; returns its stdout.
-fn cli(config: &str, args: &[&str]) -> String {
+pub(super) fn cli(config: &str, args: &[&str]) -> String {
     let path = std::env::temp_dir().join(format!("switchyard-cli-{}.toml", uuid::Uuid::now_v7()));
     std::fs::write(&path, config).unwrap();
     let output = std::process::Command::new(BIN)
@@ -183,30 +183,54 @@ async fn until(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second() {
-    let Some(db) =
-        TestDb::create("a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second")
-            .await
-    else {
+/// How the operator on instance A revokes a key.
+enum Revoke {
+    /// `switchyard vkeys revoke` against A's config (its store).
+    Cli,
+    /// `DELETE /admin/virtual-keys/{id}` on A's admin API.
+    AdminApi,
+}
+
+/// A key created through A's admin API is admitted everywhere; revoked on A as `how`
+/// says, it is refused by B and C within a second.
+async fn revoked_on_a_is_refused_by_b_and_c(test: &str, how: Revoke) {
+    let Some(db) = TestDb::create(test).await else {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let config = config(&db, &provider("up", &fake), true);
     let gateways = instances(&config, 3);
-    let key = cli(
-        &config,
-        &["vkeys", "create", "--user", "ana", "--role", "default"],
+    let created: serde_json::Value = admin(&gateways[0], reqwest::Method::POST, "")
+        .json(&json!({"user": "ana", "role": "default"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (id, key) = (
+        created["id"].as_str().unwrap(),
+        created["secret"].as_str().unwrap(),
     );
-    let key = key.trim();
-    // Created through the store, it reaches every instance as quickly.
+    // Created on A, it reaches every instance as quickly.
     let deadline = Instant::now() + PROPAGATION;
     for gateway in &gateways {
         let admitted = until(gateway, Some(key), deadline, |r| r.status() == 200).await;
         assert!(admitted, "{} admits the new key within 1 s", gateway.url);
     }
-    // Revoked through instance A's store, as an operator on A would.
-    cli(&config, &["vkeys", "revoke", key]);
+    match how {
+        Revoke::Cli => {
+            cli(&config, &["vkeys", "revoke", key]);
+        }
+        Revoke::AdminApi => {
+            let path = format!("/{id}");
+            let revoked = admin(&gateways[0], reqwest::Method::DELETE, &path)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(revoked.status(), 200);
+        }
+    }
     let deadline = Instant::now() + PROPAGATION;
     for gateway in &gateways[1..] {
         let refused = until(gateway, Some(key), deadline, |r| r.status() == 401).await;
@@ -216,6 +240,31 @@ async fn a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second(
             gateway.url
         );
     }
+}
+
+/// A request to `instance`'s virtual-key admin API, `/admin/virtual-keys{path}`.
+fn admin(instance: &Spawned, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    client()
+        .request(method, format!("{}/admin/virtual-keys{path}", instance.url))
+        .bearer_auth(ADMIN_TOKEN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second() {
+    revoked_on_a_is_refused_by_b_and_c(
+        "a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second",
+        Revoke::Cli,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_through_a_s_admin_api_is_refused_by_the_others_within_a_second() {
+    revoked_on_a_is_refused_by_b_and_c(
+        "a_key_revoked_through_a_s_admin_api_is_refused_by_the_others_within_a_second",
+        Revoke::AdminApi,
+    )
+    .await;
 }
 
 /// The key the fake's last request carried.
