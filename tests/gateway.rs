@@ -14,6 +14,7 @@ mod gateway {
     mod cluster;
     mod cluster_breakers;
     mod cluster_limits;
+    mod cluster_revoke;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;

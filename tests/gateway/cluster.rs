@@ -14,11 +14,11 @@ use super::logqueue::{QUIET, Spawned};
 use super::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
-const ADMIN_TOKEN: &str = "cluster-admin-token";
+pub(super) const ADMIN_TOKEN: &str = "cluster-admin-token";
 /// The master key every instance shares, so each can open the provider keys another put.
 const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 /// What the issue promises: a change on one instance is in effect on all within this.
-const PROPAGATION: Duration = Duration::from_secs(1);
+pub(super) const PROPAGATION: Duration = Duration::from_secs(1);
 
 pub(super) fn env() -> [(&'static str, &'static str); 2] {
     [
@@ -28,7 +28,7 @@ pub(super) fn env() -> [(&'static str, &'static str); 2] {
 }
 
 /// One instance's config: the shared store, and route `r` to the fake.
-fn config(db: &TestDb, upstream: &str, auth: bool) -> String {
+pub(super) fn config(db: &TestDb, upstream: &str, auth: bool) -> String {
     format!(
         "[auth]\nrequired = {auth}\n[store]\nurl = \"{}\"\n{upstream}{}",
         db.url(),
@@ -37,7 +37,7 @@ fn config(db: &TestDb, upstream: &str, auth: bool) -> String {
 }
 
 /// `count` instances started at the same moment on `config`.
-fn instances(config: &str, count: usize) -> Vec<Spawned> {
+pub(super) fn instances(config: &str, count: usize) -> Vec<Spawned> {
     Spawned::start_all(&vec![config; count], QUIET, &env())
 }
 
@@ -166,7 +166,7 @@ async fn three_thousand_requests_over_three_instances_are_three_thousand_rows() 
 }
 
 /// Sends through `instance` until `done` holds for its answer, for at most `within`.
-async fn until(
+pub(super) async fn until(
     instance: &Spawned,
     key: Option<&str>,
     deadline: Instant,
@@ -181,90 +181,6 @@ async fn until(
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// How the operator on instance A revokes a key.
-enum Revoke {
-    /// `switchyard vkeys revoke` against A's config (its store).
-    Cli,
-    /// `DELETE /admin/virtual-keys/{id}` on A's admin API.
-    AdminApi,
-}
-
-/// A key created through A's admin API is admitted everywhere; revoked on A as `how`
-/// says, it is refused by B and C within a second.
-async fn revoked_on_a_is_refused_by_b_and_c(test: &str, how: Revoke) {
-    let Some(db) = TestDb::create(test).await else {
-        return;
-    };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let config = config(&db, &provider("up", &fake), true);
-    let gateways = instances(&config, 3);
-    let created: serde_json::Value = admin(&gateways[0], reqwest::Method::POST, "")
-        .json(&json!({"user": "ana", "role": "default"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let (id, key) = (
-        created["id"].as_str().unwrap(),
-        created["secret"].as_str().unwrap(),
-    );
-    // Created on A, it reaches every instance as quickly.
-    let deadline = Instant::now() + PROPAGATION;
-    for gateway in &gateways {
-        let admitted = until(gateway, Some(key), deadline, |r| r.status() == 200).await;
-        assert!(admitted, "{} admits the new key within 1 s", gateway.url);
-    }
-    match how {
-        Revoke::Cli => {
-            cli(&config, &["vkeys", "revoke", key]);
-        }
-        Revoke::AdminApi => {
-            let path = format!("/{id}");
-            let revoked = admin(&gateways[0], reqwest::Method::DELETE, &path)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(revoked.status(), 200);
-        }
-    }
-    let deadline = Instant::now() + PROPAGATION;
-    for gateway in &gateways[1..] {
-        let refused = until(gateway, Some(key), deadline, |r| r.status() == 401).await;
-        assert!(
-            refused,
-            "{} refuses the revoked key within 1 s",
-            gateway.url
-        );
-    }
-}
-
-/// A request to `instance`'s virtual-key admin API, `/admin/virtual-keys{path}`.
-fn admin(instance: &Spawned, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-    client()
-        .request(method, format!("{}/admin/virtual-keys{path}", instance.url))
-        .bearer_auth(ADMIN_TOKEN)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second() {
-    revoked_on_a_is_refused_by_b_and_c(
-        "a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second",
-        Revoke::Cli,
-    )
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_revoked_through_a_s_admin_api_is_refused_by_the_others_within_a_second() {
-    revoked_on_a_is_refused_by_b_and_c(
-        "a_key_revoked_through_a_s_admin_api_is_refused_by_the_others_within_a_second",
-        Revoke::AdminApi,
-    )
-    .await;
 }
 
 /// The key the fake's last request carried.
