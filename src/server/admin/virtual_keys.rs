@@ -29,7 +29,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let body: CreateKey = parse(&body)?;
     let now = now_ms();
-    let (request, expires_ms) = body.into_request(&state.config(), now)?;
+    let (request, expires_ms) = body.into_request(state.config(), now)?;
     let mut issued = issue(request).map_err(|e| {
         tracing::error!(error = %e, "cannot draw random bytes for a virtual key");
         ApiError::Internal("cannot make a key: the system's random source failed")
@@ -79,7 +79,7 @@ pub async fn update(
         return Err(revoked(&id));
     }
     let now = now_ms();
-    body.apply(&mut key, &state.config(), now)?;
+    body.apply(&mut key, state.config(), now)?;
     if !state
         .store
         .update_virtual_key(key.clone())
