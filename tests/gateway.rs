@@ -13,6 +13,8 @@ mod gateway {
     mod client_hints;
     mod cluster;
     mod cluster_breakers;
+    mod cluster_limits;
+    mod cluster_revoke;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;
