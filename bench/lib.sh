@@ -71,6 +71,8 @@ start_nginx() {
     python3 bench/bodies.py sse "$events" >"$WORK/nginx/www/stream.sse"
     python3 bench/bodies.py completion >"$WORK/nginx/www/completion.json"
     cat >"$WORK/nginx/nginx.conf" <<NGINX
+# One process that serves, so its CPU time is the upstream's (a master would show none).
+master_process off;
 worker_processes 1;
 daemon off;
 pid $WORK/nginx/nginx.pid;
