@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod azure;
+pub mod body;
 pub mod gemini;
 pub mod openai;
 pub mod sse;
@@ -15,10 +16,11 @@ pub mod stream;
 
 use bytes::Bytes;
 use reqwest::StatusCode;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::config::{Provider, ProviderKind};
 use crate::keys::KeyLease;
+pub use body::{JsonKind, RequestBody};
 pub use stream::{StreamState, StreamTranslator, Translated};
 
 /// The API a client speaks to the gateway.
@@ -44,16 +46,16 @@ pub enum Operation {
 pub struct ClientRequest {
     pub format: ClientFormat,
     pub operation: Operation,
-    pub body: Map<String, Value>,
+    /// The client's own bytes; translations read them as a tree (see [`RequestBody`]).
+    pub body: RequestBody,
 }
 
 impl ClientRequest {
     /// Whether an OpenAI client asked for the final usage chunk of a stream.
     pub fn asked_stream_usage(&self) -> bool {
         self.body
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            == Some(&Value::Bool(true))
+            .field_as::<Value>("stream_options")
+            .is_some_and(|o| o.get("include_usage") == Some(&Value::Bool(true)))
     }
 }
 

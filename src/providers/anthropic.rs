@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 use super::openai::stream::OpenAiSink;
 use super::stream::{StreamTranslator, Translating};
 use super::{
-    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
-    translate_error,
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
+    Usage, translate_error,
 };
 
 /// Anthropic's Messages API.
@@ -45,12 +45,15 @@ impl Adapter for AnthropicAdapter {
         let max_tokens = target.provider.default_max_tokens;
         let body = match request.format {
             ClientFormat::Anthropic => passthrough(&request.body, target.model, max_tokens, stream),
-            ClientFormat::OpenAi => {
-                encode::from_openai(&request.body, target.model, max_tokens, stream)?
-            }
+            ClientFormat::OpenAi => super::to_bytes(&encode::from_openai(
+                &request.body,
+                target.model,
+                max_tokens,
+                stream,
+            )?),
         };
         let url = format!("{}/v1/messages", target.provider.base_url);
-        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream)
+        let mut builder = super::openai::post(target, url, body, stream)
             .header("anthropic-version", &target.provider.anthropic_version);
         if let Some(key) = target.key {
             builder = builder.header("x-api-key", key.secret.expose());
@@ -101,8 +104,25 @@ impl Adapter for AnthropicAdapter {
     }
 }
 
-/// An Anthropic client's own request: only `model` rewritten, and `max_tokens` filled in.
-fn passthrough(
+/// An Anthropic client's own bytes: only `model` spliced in, and `max_tokens` filled in when
+/// absent; the body is never rebuilt, unless a field set here is named twice in it.
+fn passthrough(body: &RequestBody, model: &str, default_max_tokens: u32, stream: bool) -> Bytes {
+    let model_json = Value::from(model).to_string();
+    let max_tokens = default_max_tokens.to_string();
+    let mut set = vec![("model", model_json.as_str())];
+    if body.raw_field("max_tokens").is_none() {
+        set.push(("max_tokens", &max_tokens));
+    }
+    if stream && body.raw_field("stream") != Some("true") {
+        set.push(("stream", "true"));
+    }
+    body.with_fields(&set).unwrap_or_else(|| {
+        super::to_bytes(&rebuilt(body.tree(), model, default_max_tokens, stream))
+    })
+}
+
+/// [`passthrough`] on the tree, for bodies that name a field twice.
+fn rebuilt(
     body: &Map<String, Value>,
     model: &str,
     default_max_tokens: u32,
@@ -168,18 +188,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn passed(body: &str, stream: bool) -> Value {
+        let body = RequestBody::parse(Bytes::copy_from_slice(body.as_bytes())).unwrap();
+        serde_json::from_slice(&passthrough(&body, "claude-x", 1024, stream)).unwrap()
+    }
+
     #[test]
     fn the_passthrough_rewrites_the_model_and_fills_in_max_tokens() {
-        let body = json!({"model": "smart", "messages": [], "x_future_field": {"a": 1}});
-        let sent = passthrough(body.as_object().unwrap(), "claude-x", 1024, false);
+        let sent = passed(
+            r#"{"model": "smart", "messages": [], "x_future_field": {"a": 1}}"#,
+            false,
+        );
         assert_eq!(
-            Value::Object(sent),
+            sent,
             json!({"model": "claude-x", "messages": [], "x_future_field": {"a": 1}, "max_tokens": 1024})
         );
-        let body = json!({"model": "smart", "max_tokens": 5, "messages": []});
-        let sent = passthrough(body.as_object().unwrap(), "claude-x", 1024, true);
+        let sent = passed(r#"{"model":"smart","max_tokens":5,"messages":[]}"#, true);
         assert_eq!(sent["max_tokens"], 5);
         assert_eq!(sent["stream"], true);
+        // A name given twice: the body is rebuilt, and the model is the step's either way.
+        let sent = passed(r#"{"model":"a","messages":[],"model":"smart"}"#, false);
+        assert_eq!(
+            sent,
+            json!({"model": "claude-x", "messages": [], "max_tokens": 1024})
+        );
+    }
+
+    #[test]
+    fn the_passthrough_sends_the_clients_own_bytes() {
+        let text = "{\"model\" : \"smart\",\n \"messages\":[{\"role\":\"user\",\"content\":\"caf\u{e9} \\u00e9\"}],\"max_tokens\":9}";
+        let body = RequestBody::parse(Bytes::copy_from_slice(text.as_bytes())).unwrap();
+        let sent = passthrough(&body, "claude-x", 1024, false);
+        assert_eq!(sent, text.replace("\"smart\"", "\"claude-x\""));
     }
 
     #[test]
