@@ -9,6 +9,7 @@
 //! batches, one transaction each; while the store refuses writes, batches go to a spill
 //! journal on disk and are replayed once it takes them again. Shutdown flushes it all.
 
+mod failure;
 mod guard;
 mod journal;
 pub mod logs;
@@ -27,9 +28,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Durability, ModelName, ProviderId, RouteName, WhenFull};
-use crate::router::FailureClass;
 use crate::store::Store;
 
+pub use failure::FailureClass;
 pub use guard::{Durable, RecordGuard};
 pub use writer::log_row;
 
