@@ -203,6 +203,12 @@ python3 bench/send.py "$NGINX_JSON" "$WORK/sanity-direct.json" 1 >/dev/null &&
     python3 bench/send.py "$GATEWAY_URL" "$WORK/sanity-stream.json" 1 --stream >/dev/null ||
     die "a sanity request failed; see the logs below"
 
+# --- memory with many streams open, first, so no load phase's heap is in the figure --------
+log "opening $BENCH_STREAMS streams at once"
+python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
+timeout 300 python3 bench/streams.py "$GW_ADDR" "$WORK/slow-stream.json" "$BENCH_STREAMS" \
+    "$GW_PID" >"$WORK/streams.json"
+
 # --- load phases --------------------------------------------------------------------------
 RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
@@ -273,14 +279,10 @@ log "streaming TTFB: $BENCH_TTFB_N sequential requests each way"
 timeout 600 python3 bench/ttfb.py --direct "$NGINX_ADDR" --direct-path /sse/v1/chat/completions \
     --gateway "$GW_ADDR" --gateway-model bench-stream -n "$BENCH_TTFB_N" >"$WORK/ttfb.json"
 
-# --- memory: after the load, then with many streams open ----------------------------------
+# --- memory after the load ------------------------------------------------------------------
 kill -0 "$GW_PID" 2>/dev/null || die "the gateway died during the run"
 RSS_KB=$(proc_status_kb "$GW_PID" VmRSS)
 HWM_KB=$(proc_status_kb "$GW_PID" VmHWM)
-log "opening $BENCH_STREAMS streams at once"
-python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
-timeout 300 python3 bench/streams.py "$GW_ADDR" "$WORK/slow-stream.json" "$BENCH_STREAMS" \
-    "$GW_PID" >"$WORK/streams.json"
 GW_LOG_LINES=$(wc -l <"$WORK/gateway.err")
 
 echo
