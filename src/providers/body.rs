@@ -59,17 +59,11 @@ impl RequestBody {
             duplicates |= fields.iter().any(|(seen, _)| **seen == *name);
             fields.push((name.into(), start..start + value.get().len()));
         }
-        let tree = OnceLock::new();
-        // Skipping a string, serde_json checks no `\u` surrogate pairs, as building one does:
-        // the rare body with a lone one gets the tree's verdict (and keeps the tree).
-        if !std::str::from_utf8(&raw).is_ok_and(surrogates_paired) {
-            let _ = tree.set(serde_json::from_slice(&raw)?);
-        }
         Ok(RequestBody {
             raw,
             fields,
             duplicates,
-            tree,
+            tree: OnceLock::new(),
         })
     }
 
@@ -208,46 +202,6 @@ impl fmt::Debug for RequestBody {
             .field(&String::from_utf8_lossy(&self.raw))
             .finish()
     }
-}
-
-/// Whether every `\u` escape of a UTF-16 surrogate in checked JSON `text` is half of a pair.
-fn surrogates_paired(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    // Where a high surrogate's escape ended: its low half must start right there.
-    let mut pending: Option<usize> = None;
-    let mut from = 0;
-    while let Some(found) = text[from..].find("\\u") {
-        let at = from + found;
-        from = at + 2;
-        // After an odd run of backslashes, this one is escaped and the `u` is plain text.
-        let before = bytes[..at]
-            .iter()
-            .rev()
-            .take_while(|&&b| b == b'\\')
-            .count();
-        if before % 2 == 1 {
-            continue;
-        }
-        let Some(unit) = text
-            .get(at + 2..at + 6)
-            .and_then(|hex| u16::from_str_radix(hex, 16).ok())
-        else {
-            return false;
-        };
-        let follows_high = pending == Some(at);
-        if pending.is_some() && !follows_high {
-            return false;
-        }
-        pending = None;
-        match unit {
-            0xD800..=0xDBFF if !follows_high => pending = Some(at + 6),
-            0xDC00..=0xDFFF if follows_high => {}
-            0xD800..=0xDFFF => return false,
-            _ if follows_high => return false,
-            _ => {}
-        }
-    }
-    pending.is_none()
 }
 
 /// The top level of a JSON object: each field's name and its value left unparsed.
