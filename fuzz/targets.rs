@@ -170,11 +170,7 @@ fn client_request(
 ) -> Option<ClientRequest> {
     // As the server reads it: the request's own bytes, spliced where the formats match.
     let body = providers::RequestBody::parse(bytes::Bytes::copy_from_slice(body)).ok()?;
-    Some(ClientRequest {
-        format,
-        operation,
-        body,
-    })
+    Some(ClientRequest::new(format, operation, body))
 }
 
 /// Request translators, every client format to every provider kind, whole and streamed:
@@ -223,11 +219,7 @@ pub fn response(data: &[u8]) {
     let format = FORMATS[(choice / 4) % 2];
     let operation = OPERATIONS[(choice / 8) % 2];
     // The client's own request matters to a few decoders (Gemini's embeddings echo it).
-    let request = ClientRequest {
-        format,
-        operation,
-        body: Map::new().into(),
-    };
+    let request = ClientRequest::new(format, operation, Map::new());
     let adapter = providers::adapter(kind);
     if choice / 16 % 2 == 0 {
         if let Some(decoded) = adapter.decode(&request, body) {
@@ -282,11 +274,7 @@ pub fn stream(data: &[u8]) {
         let options = serde_json::json!({"include_usage": true});
         client_body.insert("stream_options".into(), options);
     }
-    let request = ClientRequest {
-        format,
-        operation: Operation::Chat,
-        body: client_body.into(),
-    };
+    let request = ClientRequest::new(format, Operation::Chat, client_body);
     let native = matches!(
         (kind, format),
         (

@@ -3,7 +3,12 @@
 //! The store keeps only each key's hash. A gateway holds every live key in memory (behind
 //! `ArcSwap`, so a lookup takes no lock) and reloads them when the store's generation moves,
 //! which the server's store watcher checks every 250 ms: a `vkeys revoke` from another
-//! process takes effect within that.
+//! process takes effect within that. A key past its expiry stays loaded but is refused,
+//! so it stops working at its instant rather than at the next reload.
+
+pub mod validate;
+
+pub use validate::Invalid;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -79,12 +84,14 @@ impl Caller {
 }
 
 /// Why a caller was not let in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AuthFailure {
     /// No key was sent and keys are required.
     Missing,
     /// The key is unknown or revoked.
     Invalid,
+    /// The key is past its expiry; it names whose key it was, for the log row.
+    Expired(Arc<VirtualKey>),
 }
 
 /// Every live virtual key, by hash.
@@ -139,6 +146,9 @@ impl Directory {
         let offered = credential(headers);
         let key = offered.and_then(|key| self.keys.load().get(&hash_key(key)).cloned());
         match (key, offered) {
+            // Refused even without required auth: the caller meant this key, and an
+            // anonymous answer would hide that it has stopped working.
+            (Some(key), _) if key.expired(now_ms()) => Err(AuthFailure::Expired(key)),
             (Some(key), _) => Ok(Caller {
                 user: Arc::from(key.user.as_str()),
                 role: Arc::from(key.role.as_str()),
@@ -201,6 +211,7 @@ pub fn issue(request: KeyRequest) -> Result<IssuedKey, getrandom::Error> {
         limits: request.limits,
         created_ms: now_ms(),
         revoked_ms: None,
+        expires_ms: None,
     };
     Ok(IssuedKey { key, record })
 }
@@ -208,17 +219,13 @@ pub fn issue(request: KeyRequest) -> Result<IssuedKey, getrandom::Error> {
 /// `vkeys list`: one key a line, masked, with its user, role and state.
 pub fn table(keys: &[VirtualKey]) -> String {
     let mut out = format!(
-        "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {}\n",
-        "ID", "KEY", "USER", "ROLE", "PERMISSIONS", "MODELS", "CREATED", "STATE"
+        "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {:<29}  {}\n",
+        "ID", "KEY", "USER", "ROLE", "PERMISSIONS", "MODELS", "CREATED", "EXPIRES", "STATE"
     );
+    let now = now_ms();
     for key in keys {
-        let state = if key.revoked_ms.is_some() {
-            "revoked"
-        } else {
-            "active"
-        };
         out.push_str(&format!(
-            "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {state}\n",
+            "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {:<29}  {}\n",
             key.id,
             key.masked(),
             key.user,
@@ -229,6 +236,8 @@ pub fn table(keys: &[VirtualKey]) -> String {
                 .map(|m| m.join(","))
                 .unwrap_or_else(|| "*".into()),
             date(key.created_ms),
+            key.expires_ms.map(date).unwrap_or_else(|| "never".into()),
+            key.state(now),
         ));
     }
     out
@@ -309,6 +318,27 @@ mod tests {
             directory.authenticate(&headers).unwrap_err(),
             AuthFailure::Invalid
         );
+    }
+
+    #[tokio::test]
+    async fn an_expired_key_is_refused_even_where_auth_is_optional() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let mut issued = issue(request()).unwrap();
+        issued.record.expires_ms = Some(now_ms() - 1);
+        store
+            .insert_virtual_key(issued.record.clone())
+            .await
+            .unwrap();
+        let directory = Directory::load(store, false, "guest").await.unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            format!("Bearer {}", issued.key).parse().unwrap(),
+        );
+        match directory.authenticate(&headers) {
+            Err(AuthFailure::Expired(key)) => assert_eq!(key.id, issued.record.id),
+            other => panic!("expected an expiry, got {other:?}"),
+        }
     }
 
     #[tokio::test]

@@ -69,6 +69,7 @@ pub struct Config {
     /// Per-model prices, for the cost of each request.
     pub prices: Vec<Price>,
     pub admin: AdminConfig,
+    pub cluster: ClusterConfig,
 }
 
 /// A secret written in the config file; its `Debug` prints `***`.
@@ -242,6 +243,26 @@ pub enum FailMode {
 /// `[limits] lease` unless the file says otherwise.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
+/// `[cluster]`: where instances share their breakers.
+#[derive(Clone)]
+pub struct ClusterConfig {
+    /// The Redis that carries breaker state between instances; `None` keeps every breaker
+    /// local, as a single node needs.
+    pub redis_url: Option<String>,
+    /// Prefixes every key and channel, so several clusters (or tests) can share one Redis.
+    pub key_prefix: String,
+}
+
+impl std::fmt::Debug for ClusterConfig {
+    // The URL may carry a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConfig")
+            .field("redis_url", &self.redis_url.as_ref().map(|_| "***"))
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct LimitsConfig {
     pub backend: LimitBackend,
@@ -313,6 +334,9 @@ pub struct Provider {
     pub anthropic_version: String,
     /// azure: the `api-version` query parameter.
     pub api_version: String,
+    /// openai: `/v1/responses` passes through to `{base_url}/responses`; otherwise it is
+    /// translated to chat completions.
+    pub responses: bool,
 }
 
 /// One place a step can send a request: a model at a provider. With the provider's key,

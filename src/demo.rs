@@ -88,6 +88,8 @@ name = "secondary"
 kind = "openai"
 base_url = "{}"
 key_required = false
+# The fake speaks the Responses API too, as OpenAI's own base URL does.
+responses = true
 
 [[providers]]
 name = "broken"
@@ -135,7 +137,9 @@ pub fn instructions(gateway: &str, admin: &str) -> String {
          curl -si {url} {json} {}\n\n\
          # 5. The same route in Anthropic's Messages format\n\
          curl -si {gateway}/v1/messages {json} {}\n\n\
-         # 6. What operators see, on the admin listener (loopback only, so no token): metrics, the scorecard, and a dashboard to open in a browser\n\
+         # 6. The Responses API, served by the fallback step (forced), which speaks it natively\n\
+         curl -si {gateway}/v1/responses {json} -H 'x-switchyard-force-fallback: true' -d '{{\"model\":\"smart\",\"input\":\"Hello!\"}}'\n\n\
+         # 7. What operators see, on the admin listener (loopback only, so no token): metrics, the scorecard, and a dashboard to open in a browser\n\
          curl -s {admin}/metrics | grep switchyard_requests\n\
          curl -s {admin}/v1/scorecard\n\
          {admin}/dashboard\n\n\

@@ -1,6 +1,6 @@
 //! A scriptable fake provider over real HTTP, for tests, the demo and the benchmark.
 //!
-//! It speaks OpenAI chat completions, Anthropic messages and Gemini generateContent (JSON and
+//! It speaks OpenAI chat completions and the Responses API, Anthropic messages and Gemini generateContent (JSON and
 //! SSE, chosen by the request's path), and both embeddings shapes. Each request takes the next behaviour of
 //! its script: a status, headers, a delay, a stream of chunks with pauses, a dropped
 //! connection or a malformed body. It counts calls, records what it received, and tracks
@@ -20,6 +20,7 @@
 
 mod answer;
 mod behavior;
+mod responses;
 mod server;
 
 pub use behavior::{Behavior, FakeToolCall, Script, ScriptMode};

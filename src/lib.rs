@@ -11,6 +11,7 @@
 //! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
 //! - [`demo`]: fake providers and a gateway in one process, for a first look.
 //! - [`check`]: `switchyard check`'s report of each route's chain and worst case.
+//! - [`cluster`]: cluster mode's shared breakers, through Redis.
 //! - [`init`]: `switchyard init`'s example config and admin token file.
 //!
 //! One request takes one path: `server` → `router` → `providers`, and exactly one
@@ -18,6 +19,7 @@
 
 pub mod auth;
 pub mod check;
+pub mod cluster;
 pub mod config;
 pub mod demo;
 pub mod fake;

@@ -226,6 +226,7 @@ pub enum Decision {
 #[error("the rate-limit backend is unavailable")]
 pub struct BackendUnavailable;
 
+#[derive(Clone)]
 enum Backend {
     Memory(MemoryLimiter),
     Redis {
@@ -278,16 +279,25 @@ impl Limits {
             },
         };
         Ok(Limits {
-            roles: config
-                .roles
-                .iter()
-                .map(|r| (r.name.clone(), r.clone()))
-                .collect(),
+            roles: roles_of(config),
             backend,
             fail_mode: config.limits.on_backend_error,
             health: Arc::default(),
             metrics,
         })
+    }
+
+    /// The limits of a reloaded `config` on this one's backend: the roles and the fail mode
+    /// are the new config's; every count and concurrency slot is kept, so a reload neither
+    /// forgives nor forgets a caller's requests. The backend itself changes only at a restart.
+    pub fn reconfigured(&self, config: &Config) -> Limits {
+        Limits {
+            roles: roles_of(config),
+            backend: self.backend.clone(),
+            fail_mode: config.limits.on_backend_error,
+            health: self.health.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// The caller's quota: its role's limits, with its key's overrides on top.
@@ -387,6 +397,14 @@ impl Limits {
             Backend::Redis { .. } => "redis",
         }
     }
+}
+
+fn roles_of(config: &Config) -> HashMap<String, Role> {
+    config
+        .roles
+        .iter()
+        .map(|r| (r.name.clone(), r.clone()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -260,9 +260,13 @@ fn chain(error: &anyhow::Error) -> String {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Serve { config } => {
-            let config = load(&config)?;
-            let options = switchyard::server::StartOptions::for_config(&config)?;
+        Command::Serve { config: path } => {
+            let config = load(&path)?;
+            // The same check as `check` and a reload: what one accepts, the others do.
+            let mut options = switchyard::check::preflight(&config)
+                .map_err(ConfigError::Invalid)
+                .with_context(|| format!("invalid config {}", path.display()))?;
+            options.config_path = Some(path);
             let listener = tokio::net::TcpListener::bind(config.server.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.server.listen))?;
@@ -301,13 +305,12 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             connect,
         } => match Config::load(&path) {
             Ok(config) => {
-                // What `serve` reads besides the file: the admin token file must be usable too.
-                if let Err(e) = switchyard::server::StartOptions::for_config(&config) {
-                    eprintln!("{} has 1 error(s):\n  {e}", path.display());
-                    return Ok(ExitCode::FAILURE);
-                }
-                if let Some(problem) = switchyard::check::store_path_problem(&config) {
-                    eprintln!("{} has 1 error(s):\n  store.url: {problem}", path.display());
+                // What `serve` (and a reload) checks besides the file, checked the same way.
+                if let Err(errors) = switchyard::check::preflight(&config) {
+                    eprintln!("{} has {} error(s):", path.display(), errors.len());
+                    for error in errors {
+                        eprintln!("  {error}");
+                    }
                     return Ok(ExitCode::FAILURE);
                 }
                 print!("{}", switchyard::check::report(&config));
@@ -470,11 +473,7 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             max_concurrent,
         } => {
             let config = load(&config)?;
-            if role != config.auth.default_role && !config.roles.iter().any(|r| r.name == role) {
-                anyhow::bail!("role `{role}` is not defined in [[roles]]");
-            }
-            let store = Store::open(&config.store.url).await?;
-            let issued = issue(KeyRequest {
+            let request = KeyRequest {
                 user,
                 role,
                 permissions,
@@ -484,7 +483,11 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
                     tokens_per_minute,
                     max_concurrent,
                 },
-            })?;
+            };
+            // The admin API's checks, so the CLI and HTTP refuse the same keys.
+            request.validate(&config)?;
+            let store = Store::open(&config.store.url).await?;
+            let issued = issue(request)?;
             store.insert_virtual_key(issued.record.clone()).await?;
             eprintln!(
                 "created key {} for user {}; it is shown only this once:",

@@ -11,6 +11,7 @@ pub mod azure;
 pub mod body;
 pub mod gemini;
 pub mod openai;
+pub mod responses;
 pub mod sse;
 pub mod stream;
 
@@ -39,6 +40,12 @@ pub enum Operation {
     Chat,
     /// Embeddings of some input.
     Embeddings,
+    /// Anthropic's `/v1/messages/count_tokens`: served by Anthropic steps only.
+    CountTokens,
+    /// OpenAI's legacy `/v1/completions`: served by OpenAI-family steps only.
+    Completions,
+    /// A Responses API request (`/v1/responses`), in OpenAI's Responses format.
+    Responses,
 }
 
 /// A client's request, in its own format, as routing carries it from step to step.
@@ -48,9 +55,22 @@ pub struct ClientRequest {
     pub operation: Operation,
     /// The client's own bytes; translations read them as a tree (see [`RequestBody`]).
     pub body: RequestBody,
+    /// The client's `anthropic-beta` header: forwarded to Anthropic steps; other steps carry
+    /// every beta field they can translate and refuse the rest by name, so it is not needed.
+    pub anthropic_beta: Option<String>,
 }
 
 impl ClientRequest {
+    /// A request with no forwarded headers.
+    pub fn new(format: ClientFormat, operation: Operation, body: impl Into<RequestBody>) -> Self {
+        ClientRequest {
+            format,
+            operation,
+            body: body.into(),
+            anthropic_beta: None,
+        }
+    }
+
     /// Whether an OpenAI client asked for the final usage chunk of a stream.
     pub fn asked_stream_usage(&self) -> bool {
         self.body
@@ -114,6 +134,22 @@ pub trait Adapter: Sync {
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator>;
 }
 
+/// The refusal of an operation only one family serves, sent to a step of another.
+pub(crate) fn only_for(operation: Operation) -> Rejection {
+    let message = match operation {
+        Operation::CountTokens => {
+            "count_tokens is answered by Anthropic steps only, and this route's step is another provider: route it to a route whose first step is kind = \"anthropic\""
+        }
+        Operation::Completions => {
+            "the legacy /v1/completions is served by OpenAI-family steps only (kind = \"openai\" or \"azure\"), and this route's step is another provider: use /v1/chat/completions"
+        }
+        Operation::Embeddings => "this provider has no embeddings API",
+        Operation::Responses => "this provider has no Responses API",
+        Operation::Chat => "this provider cannot serve this request",
+    };
+    Rejection::new("model", message)
+}
+
 /// The adapter for a provider kind.
 pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
     match kind {
@@ -121,6 +157,18 @@ pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
         ProviderKind::Anthropic => &anthropic::AnthropicAdapter,
         ProviderKind::Gemini => &gemini::GeminiAdapter,
         ProviderKind::Azure => &azure::AzureAdapter,
+    }
+}
+
+/// The adapter for `request` at `provider`: a Responses request has its own, which speaks
+/// the Responses API or translates through the kind's chat adapter.
+pub fn adapter_for(provider: &Provider, operation: Operation) -> &'static dyn Adapter {
+    match operation {
+        Operation::Responses => responses::adapter_for(provider),
+        Operation::Chat
+        | Operation::Embeddings
+        | Operation::CountTokens
+        | Operation::Completions => adapter(provider.kind),
     }
 }
 

@@ -6,6 +6,7 @@
 pub mod admin;
 mod admission;
 mod chat;
+mod completions;
 mod connection;
 mod degraded;
 mod embeddings;
@@ -15,6 +16,8 @@ mod listener;
 mod messages;
 mod models;
 mod readiness;
+pub mod reload;
+mod responses;
 mod scorecard;
 mod startup;
 mod stream;
@@ -26,12 +29,13 @@ pub use error::ApiError;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::ops::Deref;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRef, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -49,22 +53,39 @@ use crate::limits::Limits;
 use crate::router::Health;
 use crate::store::{Store, StoreError};
 use crate::telemetry::{Telemetry, TelemetryWriter};
+pub use reload::{Live, ReloadError, Reloaded};
 
-/// Everything a request needs; cheap to clone.
+/// Everything a request needs; cheap to clone. It holds the config snapshot that was live
+/// when the request began ([`Live`]), so a reload never changes a request half way through.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState {
+    shared: Arc<Shared>,
+    live: Arc<Live>,
+}
 
-/// The state behind [`AppState`].
+/// The routers' state: what every request's [`AppState`] is taken from, with one atomic
+/// load of the live config.
+#[derive(Clone)]
+pub struct ServerState(Arc<Shared>);
+
+impl FromRef<ServerState> for AppState {
+    fn from_ref(server: &ServerState) -> AppState {
+        AppState::of(server.0.clone())
+    }
+}
+
+/// The state behind [`AppState`]: what outlives a config reload.
 pub struct Shared {
-    pub config: Config,
-    pub routes: Vec<Arc<Route>>,
+    /// What the config file decides, swapped whole by a reload (see [`reload`]).
+    live: arc_swap::ArcSwap<Live>,
+    /// The file a reload reads, and the lock that makes reloads one at a time.
+    pub reloads: reload::Reloads,
     pub client: reqwest::Client,
     /// Provider keys: the store's, sealed, and the ring requests pick from.
     pub keys: ProviderKeys,
     pub store: Store,
     /// Every live virtual key, kept current from the store.
     pub directory: Arc<Directory>,
-    pub limits: Limits,
     /// Every deployment's breaker and latency, shared by all requests.
     pub health: Arc<Health>,
     pub telemetry: Telemetry,
@@ -88,7 +109,35 @@ impl Deref for AppState {
     type Target = Shared;
 
     fn deref(&self) -> &Shared {
-        &self.0
+        &self.shared
+    }
+}
+
+impl AppState {
+    /// The state with the config live now.
+    fn of(shared: Arc<Shared>) -> AppState {
+        let live = shared.live();
+        AppState { shared, live }
+    }
+
+    /// The config this request runs on.
+    pub fn config(&self) -> &Config {
+        &self.live.config
+    }
+
+    /// The config's routes, shared with the requests that resolved them.
+    pub fn routes(&self) -> &[Arc<Route>] {
+        &self.live.routes
+    }
+
+    /// Every caller's limits under this config; the counts outlive reloads.
+    pub fn limits(&self) -> &Limits {
+        &self.live.limits
+    }
+
+    /// The router state for this gateway.
+    fn server(&self) -> ServerState {
+        ServerState(self.shared.clone())
     }
 }
 
@@ -107,6 +156,9 @@ pub enum StartError {
     Keys(#[from] KeyError),
     #[error("[admin] token_file {0}")]
     AdminTokenFile(String),
+    /// The client's own words could repeat the URL, and with it a password.
+    #[error("invalid [cluster] redis_url")]
+    ClusterRedis,
 }
 
 /// What a gateway takes besides its config: things that come from the environment.
@@ -116,6 +168,9 @@ pub struct StartOptions {
     pub admin_token: Option<Secret>,
     /// The master key for provider secrets (`SWITCHYARD_MASTER_KEY`, base64).
     pub master_key: Option<Secret>,
+    /// The file the config came from, which `SIGHUP` and `POST /admin/reload` read again;
+    /// `None` (a config built in memory) answers a reload with 409.
+    pub config_path: Option<PathBuf>,
 }
 
 impl StartOptions {
@@ -142,6 +197,7 @@ impl StartOptions {
                 .ok()
                 .filter(|k| !k.is_empty())
                 .map(Secret::new),
+            config_path: None,
         }
     }
 }
@@ -203,20 +259,20 @@ impl AppState {
         .await?;
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
         let limits = Limits::new(&config, telemetry.metrics.clone())?;
-        let routes = config.routes.iter().cloned().map(Arc::new).collect();
-        let health = Arc::new(Health::new(config.breaker.clone()));
+        let health = shared_breakers(&config, &telemetry)?;
         let scorecards = Arc::new(tokio::sync::Semaphore::new(
             config.admin.max_concurrent_scorecards,
         ));
         let unauthorized_rows = config.auth.unauthorized_log_rows_per_minute;
+        let live = Live::new(config, limits);
+        telemetry.metrics.reload.loaded(&live.stamp);
         let shared = Shared {
-            config,
-            routes,
+            live: arc_swap::ArcSwap::from_pointee(live),
+            reloads: reload::Reloads::new(options.config_path),
             client,
             keys,
             store,
             directory,
-            limits,
             health,
             telemetry,
             admin_token: options.admin_token,
@@ -231,11 +287,16 @@ impl AppState {
         // Seeding may have moved the generation; the watcher's first poll catches up.
         tokio::spawn(watch::watch_store(Arc::downgrade(&shared), generation));
         tokio::spawn(readiness::check_backends(Arc::downgrade(&shared)));
-        Ok((AppState(shared), writer))
+        Ok((AppState::of(shared), writer))
     }
 }
 
 impl Shared {
+    /// The config live now; a request keeps the one it started with.
+    pub fn live(&self) -> Arc<Live> {
+        self.live.load_full()
+    }
+
     /// Loads keys changed in the store (by the admin API, the CLI or another instance).
     pub async fn reload(&self, generation: i64) -> Result<(), StartError> {
         self.keys.reload().await?;
@@ -252,18 +313,40 @@ impl Shared {
     }
 }
 
+/// The health table: its breakers shared through the cluster's Redis when `[cluster]` (or
+/// Redis limits) name one, local otherwise.
+fn shared_breakers(config: &Config, telemetry: &Telemetry) -> Result<Arc<Health>, StartError> {
+    let Some(url) = config.cluster.redis_url.as_deref() else {
+        return Ok(Arc::new(Health::new(config.breaker.clone())));
+    };
+    let (link, inbox) = crate::cluster::Link::new();
+    let link = Arc::new(link);
+    let health = Arc::new(Health::clustered(config.breaker.clone(), link.clone()));
+    let metrics = telemetry.metrics.clone();
+    crate::cluster::member::Member::spawn(&config.cluster, url, &health, link, inbox, metrics)
+        .map_err(|_| StartError::ClusterRedis)?;
+    Ok(health)
+}
+
 /// The whole HTTP surface, for `run` and for tests that drive it directly. The admin API
 /// is part of it unless `[server] admin_listen` gives it an address of its own.
 pub fn app(state: AppState) -> Router {
     let routes = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/v1/models", get(models::list))
         .route("/v1/models/{*id}", get(models::one))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
-    let routes = if state.config.server.admin_listen.is_none() {
+    let routes = if state.config().server.admin_listen.is_none() {
         routes.merge(admin_routes()).merge(observability_routes())
     } else {
         routes
@@ -280,15 +363,16 @@ pub fn admin_app(state: AppState) -> Router {
 }
 
 /// What operators watch; [`admin::Observer`] decides who may.
-fn observability_routes() -> Router<AppState> {
+fn observability_routes() -> Router<ServerState> {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/v1/scorecard", get(scorecard::scorecard))
         .route("/dashboard", get(scorecard::dashboard))
 }
 
-fn admin_routes() -> Router<AppState> {
+fn admin_routes() -> Router<ServerState> {
     Router::new()
+        .route("/admin/reload", post(reload::answer))
         .route("/admin/breakers", get(admin::breakers::list))
         .route("/admin/breakers/reset", post(admin::breakers::reset))
         .route("/admin/keys", get(admin::keys::list))
@@ -304,18 +388,29 @@ fn admin_routes() -> Router<AppState> {
             "/admin/keys/{provider}/{id}",
             axum::routing::delete(admin::keys::remove),
         )
+        .route(
+            "/admin/virtual-keys",
+            get(admin::virtual_keys::list).post(admin::virtual_keys::create),
+        )
+        .route(
+            "/admin/virtual-keys/{id}",
+            get(admin::virtual_keys::get)
+                .patch(admin::virtual_keys::update)
+                .delete(admin::virtual_keys::revoke),
+        )
 }
 
-fn finish_router(routes: Router<AppState>, state: AppState) -> Router {
-    let limit = state.config.server.max_body_bytes;
+fn finish_router(routes: Router<ServerState>, state: AppState) -> Router {
+    let limit = state.config().server.max_body_bytes;
+    let server = state.server();
     let declared_length =
-        axum::middleware::from_fn_with_state(state.clone(), chat::refuse_declared_oversize);
+        axum::middleware::from_fn_with_state(server.clone(), chat::refuse_declared_oversize);
     routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limit))
         .layer(declared_length)
-        .with_state(state)
+        .with_state(server)
 }
 
 /// Serves until `shutdown` resolves, then drains in-flight requests (streams included) and
@@ -326,10 +421,13 @@ pub async fn run(
     options: StartOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    // First, so a SIGHUP during start is held for later rather than ending the process.
+    let hangups = reload::hangups();
     let admin = bind_admin(&config).await?;
     let (state, writer) = AppState::new(config, options).await?;
     let admin_addr = admin.as_ref().map(|a| a.local_addr()).transpose()?;
     startup::announce(&state, listener.local_addr()?, admin_addr);
+    reload::on_hangup(hangups, Arc::downgrade(&state.shared));
     serve_state(listener, admin, state, writer, shutdown).await
 }
 
@@ -366,7 +464,7 @@ async fn serve_state(
             stopped.clone(),
         ))
     });
-    let capacity = listener::Capacity::for_clients(state.config.server.max_connections);
+    let capacity = listener::Capacity::for_clients(state.config().server.max_connections);
     tracing::info!(
         max_connections = capacity.max,
         "serving at most this many client connections at once"
@@ -479,6 +577,11 @@ impl Gateway {
         }
     }
 
+    /// Reads the config file again and applies it, as `SIGHUP` and `POST /admin/reload` do.
+    pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
+        self.state.reload_config().await
+    }
+
     /// Every deployment's breaker, as the admin API shows them.
     pub fn health(&self) -> &Health {
         &self.state.health
@@ -539,7 +642,7 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
-    let limits = &state.limits;
+    let limits = state.limits();
     let limits_healthy = limits.healthy();
     let failing_closed = !limits_healthy && limits.fail_mode() == FailMode::Closed;
     let store_problem = state.readiness.store_problem();
@@ -572,6 +675,9 @@ async fn readyz(State(state): State<AppState>) -> Response {
         "log": log,
         // Provider-key rows that do not decrypt are skipped; the rest keep reloading.
         "keys": { "unreadable_rows": state.keys.unreadable_rows() },
+        // Breakers that cannot be shared still protect this instance, so this is detail
+        // only: the instance stays in rotation.
+        "breakers": breakers_readiness(&state),
     }));
     // Fail-closed limits (or a full log that refuses) refuse every request, so a load
     // balancer should look elsewhere.
@@ -581,6 +687,18 @@ async fn readyz(State(state): State<AppState>) -> Response {
         StatusCode::OK
     };
     (code, body).into_response()
+}
+
+/// Whether breakers are shared with the cluster, and if they should be but are not, why.
+fn breakers_readiness(state: &AppState) -> serde_json::Value {
+    match state.health.link() {
+        None => json!({ "mode": "local", "shared": false, "error": null }),
+        Some(link) => json!({
+            "mode": "cluster",
+            "shared": link.shared(),
+            "error": link.problem(),
+        }),
+    }
 }
 
 async fn not_found(uri: axum::http::Uri) -> Response {

@@ -4,14 +4,20 @@
 //! trait objects; each method is async, and the SQLite backend runs its queries on the
 //! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
 
+#[cfg(test)]
+mod contract;
+pub mod postgres;
 pub mod request_log;
+pub mod response_state;
 pub mod rollup;
 pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use request_log::{LogQuery, LogRow};
+use response_state::StoredResponse;
 
+pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
 /// A provider secret as the store keeps it: sealed by `keys::vault`, opaque here.
@@ -24,10 +30,18 @@ pub struct Sealed {
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("unsupported store url `{0}`: use sqlite://PATH or sqlite::memory:")]
+    #[error(
+        "unsupported store url `{0}`: use sqlite://PATH, sqlite::memory: or postgres://USER@HOST:PORT/DB"
+    )]
     UnsupportedUrl(String),
+    #[error("store url: {0}")]
+    BadUrl(String),
     #[error("store error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL store error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    #[error("PostgreSQL store unreachable: {0}")]
+    Pool(String),
     #[error("store task failed: {0}")]
     Task(String),
 }
@@ -56,12 +70,30 @@ pub struct VirtualKey {
     pub limits: LimitOverrides,
     pub created_ms: i64,
     pub revoked_ms: Option<i64>,
+    /// When the key stops working; `None` for never.
+    pub expires_ms: Option<i64>,
 }
 
 impl VirtualKey {
     /// Whether the key carries a permission such as `debug`.
     pub fn has_permission(&self, permission: &str) -> bool {
         self.permissions.iter().any(|p| p == permission)
+    }
+
+    /// Whether the key has expired by `now_ms`.
+    pub fn expired(&self, now_ms: i64) -> bool {
+        self.expires_ms.is_some_and(|at| at <= now_ms)
+    }
+
+    /// `revoked`, `expired` or `active`, as lists show it.
+    pub fn state(&self, now_ms: i64) -> &'static str {
+        if self.revoked_ms.is_some() {
+            "revoked"
+        } else if self.expired(now_ms) {
+            "expired"
+        } else {
+            "active"
+        }
     }
 
     /// The key as `vkeys list` shows it.
@@ -128,11 +160,15 @@ impl ProviderKeyRow {
 #[derive(Clone)]
 pub enum Store {
     Sqlite(SqliteStore),
+    Postgres(PgStore),
 }
 
 impl Store {
     /// Opens (and migrates) the store a config's `[store] url` names.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
+        if postgres::is_postgres_url(url) {
+            return Ok(Store::Postgres(PgStore::open(url).await?));
+        }
         if url == "sqlite::memory:" {
             return Ok(Store::Sqlite(SqliteStore::open_memory().await?));
         }
@@ -146,6 +182,7 @@ impl Store {
     pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
         match self {
             Store::Sqlite(store) => store.insert_virtual_key(key).await,
+            Store::Postgres(store) => store.insert_virtual_key(key).await,
         }
     }
 
@@ -153,6 +190,7 @@ impl Store {
     pub async fn virtual_keys(&self) -> Result<Vec<VirtualKey>, StoreError> {
         match self {
             Store::Sqlite(store) => store.virtual_keys().await,
+            Store::Postgres(store) => store.virtual_keys().await,
         }
     }
 
@@ -160,6 +198,16 @@ impl Store {
     pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.revoke_virtual_key(key_or_id).await,
+            Store::Postgres(store) => store.revoke_virtual_key(key_or_id).await,
+        }
+    }
+
+    /// Replaces a live key's role, permissions, models, limits and expiry (matched by id;
+    /// the rest of `key` is ignored); false when no live key has that id.
+    pub async fn update_virtual_key(&self, key: VirtualKey) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.update_virtual_key(key).await,
+            Store::Postgres(store) => store.update_virtual_key(key).await,
         }
     }
 
@@ -167,6 +215,7 @@ impl Store {
     pub async fn put_provider_key(&self, key: NewProviderKey) -> Result<i64, StoreError> {
         match self {
             Store::Sqlite(store) => store.put_provider_key(key).await,
+            Store::Postgres(store) => store.put_provider_key(key).await,
         }
     }
 
@@ -174,6 +223,7 @@ impl Store {
     pub async fn provider_keys(&self) -> Result<Vec<ProviderKeyRow>, StoreError> {
         match self {
             Store::Sqlite(store) => store.provider_keys().await,
+            Store::Postgres(store) => store.provider_keys().await,
         }
     }
 
@@ -190,6 +240,11 @@ impl Store {
                     .rollback_provider_key(provider, key_id, window_ms)
                     .await
             }
+            Store::Postgres(store) => {
+                store
+                    .rollback_provider_key(provider, key_id, window_ms)
+                    .await
+            }
         }
     }
 
@@ -201,6 +256,7 @@ impl Store {
     ) -> Result<bool, StoreError> {
         match self {
             Store::Sqlite(store) => store.remove_provider_key(provider, key_id).await,
+            Store::Postgres(store) => store.remove_provider_key(provider, key_id).await,
         }
     }
 
@@ -208,6 +264,7 @@ impl Store {
     pub async fn purge_provider_keys(&self, window_ms: i64) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.purge_provider_keys(window_ms).await,
+            Store::Postgres(store) => store.purge_provider_keys(window_ms).await,
         }
     }
 
@@ -215,6 +272,7 @@ impl Store {
     pub async fn master_key_check(&self, fresh: Sealed) -> Result<Sealed, StoreError> {
         match self {
             Store::Sqlite(store) => store.init_sealed_meta("master_key_check", fresh).await,
+            Store::Postgres(store) => store.init_sealed_meta("master_key_check", fresh).await,
         }
     }
 
@@ -226,6 +284,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.insert_log(rows.into()).await,
+            Store::Postgres(store) => store.insert_log(rows.into()).await,
         }
     }
 
@@ -233,6 +292,7 @@ impl Store {
     pub async fn query_log(&self, query: LogQuery) -> Result<Vec<LogRow>, StoreError> {
         match self {
             Store::Sqlite(store) => store.query_log(query).await,
+            Store::Postgres(store) => store.query_log(query).await,
         }
     }
 
@@ -246,6 +306,7 @@ impl Store {
     ) -> Result<A, StoreError> {
         match self {
             Store::Sqlite(store) => store.fold_rollups(after_ms, state, fold).await,
+            Store::Postgres(store) => store.fold_rollups(after_ms, state, fold).await,
         }
     }
 
@@ -253,6 +314,7 @@ impl Store {
     pub async fn count_log(&self) -> Result<u64, StoreError> {
         match self {
             Store::Sqlite(store) => store.count_log().await,
+            Store::Postgres(store) => store.count_log().await,
         }
     }
 
@@ -260,6 +322,51 @@ impl Store {
     pub async fn purge_log(&self, before_ms: i64) -> Result<usize, StoreError> {
         match self {
             Store::Sqlite(store) => store.purge_log(before_ms).await,
+            Store::Postgres(store) => store.purge_log(before_ms).await,
+        }
+    }
+
+    /// Stores a served response's state (`/v1/responses` with `store: true`).
+    pub async fn put_response(&self, stored: StoredResponse) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(store) => store.put_response(stored).await,
+            Store::Postgres(store) => store.put_response(stored).await,
+        }
+    }
+
+    /// The stored response `id`, if `scope` (a virtual key's id) stored it.
+    pub async fn response(
+        &self,
+        id: &str,
+        scope: &str,
+    ) -> Result<Option<StoredResponse>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.response(id, scope).await,
+            Store::Postgres(store) => store.response(id, scope).await,
+        }
+    }
+
+    /// A stored response's output item `id` (JSON text), if `scope` stored it.
+    pub async fn response_item(&self, id: &str, scope: &str) -> Result<Option<String>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.response_item(id, scope).await,
+            Store::Postgres(store) => store.response_item(id, scope).await,
+        }
+    }
+
+    /// Deletes the stored response `id` of `scope`; false when there was none.
+    pub async fn delete_response(&self, id: &str, scope: &str) -> Result<bool, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.delete_response(id, scope).await,
+            Store::Postgres(store) => store.delete_response(id, scope).await,
+        }
+    }
+
+    /// Deletes responses stored before `before_ms` (the request log's retention).
+    pub async fn purge_responses(&self, before_ms: i64) -> Result<usize, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.purge_responses(before_ms).await,
+            Store::Postgres(store) => store.purge_responses(before_ms).await,
         }
     }
 
@@ -267,6 +374,7 @@ impl Store {
     pub async fn generation(&self) -> Result<i64, StoreError> {
         match self {
             Store::Sqlite(store) => store.generation().await,
+            Store::Postgres(store) => store.generation().await,
         }
     }
 }

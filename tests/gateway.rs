@@ -2,17 +2,21 @@
 //! test scripts for itself, over real HTTP.
 
 mod gateway {
+    pub mod process;
     pub mod services;
     pub mod support;
 
     mod access;
-    mod bounds;
+    pub mod bounds;
     mod breaker_judgement;
     mod breakers;
     mod client_hints;
+    mod cluster;
+    mod cluster_breakers;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;
+    mod endpoints;
     mod fallback;
     mod key_rows;
     mod keys;
@@ -24,12 +28,19 @@ mod gateway {
     mod metrics;
     mod operator;
     mod passthrough;
+    mod pg_outage;
     mod readme;
     mod redis_faults;
+    mod reload;
+    mod responses;
+    mod responses_state;
+    mod responses_stream;
     mod retry_after;
     mod scorecard_truth;
     mod secrets;
     mod stream_ends;
     mod streaming;
     pub mod telemetry;
+    mod translation;
+    mod virtual_keys;
 }

@@ -221,18 +221,66 @@ async fn the_secret_is_never_exposed() {
     assert!(lease.is_some());
     assert_clean("Debug output", &debug);
 
-    gateway.telemetry().wait_for_rows(6).await;
+    // A virtual key made over the admin API, used, listed, read, changed and revoked: its
+    // random part is in the creation answer and nowhere else.
+    let created = admin(
+        &gateway,
+        reqwest::Method::POST,
+        "/admin/virtual-keys",
+        Some(json!({"user": "ana", "role": "default"})),
+    )
+    .await;
+    assert_eq!(created.status(), 201);
+    let created: Value = created.json().await.unwrap();
+    let virtual_key = created["secret"].as_str().unwrap().to_owned();
+    let hidden = virtual_key[11..].to_owned();
+    let path = format!("/admin/virtual-keys/{}", created["id"].as_str().unwrap());
+    let bearer = format!("Bearer {virtual_key}");
+    let used = post_with(&gateway, &chat("r"), &[("authorization", &bearer)]).await;
+    let mut answers = format!("{:?}", used.headers());
+    answers.push_str(&used.text().await.unwrap());
+    for (method, path, body) in [
+        (reqwest::Method::GET, "/admin/virtual-keys", None),
+        (reqwest::Method::GET, path.as_str(), None),
+        (
+            reqwest::Method::PATCH,
+            path.as_str(),
+            Some(json!({"requests_per_minute": 100})),
+        ),
+        (reqwest::Method::DELETE, path.as_str(), None),
+    ] {
+        let response = admin(&gateway, method, path, body).await;
+        assert_eq!(response.status(), 200);
+        answers.push_str(&response.text().await.unwrap());
+    }
+    answers.push_str(&format!(
+        "{:?}",
+        gateway.store().virtual_keys().await.unwrap()
+    ));
+    assert!(
+        !answers.contains(&hidden),
+        "the virtual key leaks:\n{answers}"
+    );
+
+    gateway.telemetry().wait_for_rows(7).await;
     let logs = String::from_utf8_lossy(&capture.0.lock().unwrap()).into_owned();
     assert!(logs.contains("request"), "the request log was captured");
     assert_clean("the logs", &logs);
+    assert!(
+        logs.contains("virtual key created"),
+        "admin changes are logged"
+    );
+    assert!(
+        !logs.contains(&hidden),
+        "the logs leak the virtual key:\n{logs}"
+    );
 
     for suffix in ["", "-wal"] {
         let path = format!("{}{suffix}", db.display());
         let bytes = std::fs::read(&path).unwrap_or_default();
-        assert_clean(
-            &format!("the store file {path}"),
-            &String::from_utf8_lossy(&bytes),
-        );
+        let text = String::from_utf8_lossy(&bytes);
+        assert_clean(&format!("the store file {path}"), &text);
+        assert!(!text.contains(&hidden), "{path} holds the virtual key");
     }
     for suffix in ["", "-wal", "-shm", ".key"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));

@@ -37,6 +37,17 @@ pub struct RawConfig {
     pub prices: Vec<RawPrice>,
     #[serde(default)]
     pub admin: RawAdmin,
+    #[serde(default)]
+    pub cluster: RawCluster,
+}
+
+/// What instances of one cluster share beyond the limiter: their breakers, through Redis.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub redis_url: Option<String>,
+    pub key_prefix: Option<String>,
+    pub shared_breakers: Option<bool>,
 }
 
 /// Who may read the observability endpoints, and how many scorecards run at once.
@@ -161,6 +172,8 @@ pub struct RawProvider {
     pub anthropic_version: Option<String>,
     /// azure: the `api-version` query parameter.
     pub api_version: Option<String>,
+    /// openai: whether it speaks the Responses API (default: only OpenAI's own base URL).
+    pub responses: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,6 +2,7 @@
 
 mod access;
 mod breaker;
+mod cluster;
 mod lease;
 mod location;
 mod server;
@@ -107,6 +108,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let mut errors = Errors::default();
     let server = server::server(&mut errors, raw.server);
     let limits = limits(&mut errors, raw.limits);
+    let cluster = cluster::cluster(&mut errors, raw.cluster, &limits);
     errors.unique("roles", raw.roles.iter().map(|r| r.name.as_str()));
     errors.unique("providers", raw.providers.iter().map(|p| p.name.as_str()));
     errors.unique("routes", raw.routes.iter().map(|r| r.name.as_str()));
@@ -136,10 +138,17 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         .url
         .unwrap_or_else(|| "sqlite://switchyard.db".into());
     let sqlite_file = store_url.strip_prefix("sqlite://");
-    if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
+    if crate::store::postgres::is_postgres_url(&store_url) {
+        if let Err(problem) = crate::store::postgres::parse_url(&store_url) {
+            errors.add("store.url", problem);
+        }
+    } else if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
         errors.add(
             "store.url",
-            format!("`{store_url}` is not a store: use sqlite://PATH or sqlite::memory:"),
+            format!(
+                "`{store_url}` is not a store: use sqlite://PATH, sqlite::memory: or \
+                 postgres://USER@HOST:PORT/DB"
+            ),
         );
     }
     let roles = raw
@@ -186,6 +195,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         alerts,
         prices,
         admin,
+        cluster,
     })
 }
 
@@ -216,7 +226,17 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
         .redis_url
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     match reqwest::Url::parse(&redis_url) {
-        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {
+            // What `serve` does with it, without connecting: a URL of the right form can
+            // still be one the client refuses (`rediss://` in this build, a database that
+            // is not a number). The URL is not shown: it may carry a password.
+            if let Err(e) = redis::Client::open(redis_url.as_str()) {
+                errors.add(
+                    "limits.redis_url",
+                    format!("the Redis client refuses it: {e}"),
+                );
+            }
+        }
         _ => errors.add(
             "limits.redis_url",
             format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
@@ -324,6 +344,17 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                 continue;
             }
         }
+        let responses = match (p.responses, kind) {
+            (Some(true), ProviderKind::OpenAi) | (Some(false), _) => p.responses == Some(true),
+            (Some(true), _) => {
+                errors.add(
+                    format!("providers[{i}].responses"),
+                    "only a kind = \"openai\" provider can speak the Responses API",
+                );
+                false
+            }
+            (None, kind) => kind == ProviderKind::OpenAi && speaks_responses(&base_url),
+        };
         providers.push(Provider {
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
@@ -337,9 +368,16 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             api_version: p
                 .api_version
                 .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.into()),
+            responses,
         });
     }
     providers
+}
+
+/// Whether an OpenAI-family base URL is OpenAI's own, the one server known to speak the
+/// Responses API; other compatible servers say so with `responses = true`.
+fn speaks_responses(base_url: &str) -> bool {
+    reqwest::Url::parse(base_url).is_ok_and(|url| url.host_str() == Some("api.openai.com"))
 }
 
 /// Each kind's public endpoint, so `base_url` may be left out; Azure's names a resource.
@@ -460,6 +498,22 @@ name = "a"
 kind = "openai"
 base_url = "http://127.0.0.1:1/v1"
 "#;
+
+    #[test]
+    fn a_redis_url_the_client_refuses_is_refused_here_without_showing_it() {
+        for url in [
+            "rediss://:hunter2@127.0.0.1:6379",
+            "redis://:hunter2@127.0.0.1:6379/not-a-db",
+        ] {
+            let errors = errors(&format!("[limits]\nredis_url = \"{url}\"\n"));
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].starts_with("limits.redis_url: the Redis client refuses it: "),
+                "{errors:?}"
+            );
+            assert!(!errors[0].contains("hunter2"), "{errors:?}");
+        }
+    }
 
     #[test]
     fn unknown_field_names_its_path() {

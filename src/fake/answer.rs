@@ -15,6 +15,8 @@ use super::behavior::{Behavior, FakeToolCall};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
     OpenAi,
+    /// OpenAI's Responses API (`…/responses`).
+    Responses,
     Anthropic,
     Gemini,
 }
@@ -26,13 +28,29 @@ pub enum Route {
     Chat { shape: Shape, path_stream: bool },
     /// Embeddings in a shape.
     Embeddings(Shape),
+    /// Anthropic's `/v1/messages/count_tokens`.
+    CountTokens,
+    /// OpenAI's legacy `/completions`.
+    TextCompletions,
 }
 
 /// Reads the path (without its query).
 pub fn route(path: &str) -> Option<Route> {
+    if path.ends_with("/v1/messages/count_tokens") {
+        return Some(Route::CountTokens);
+    }
+    if path.ends_with("/completions") && !path.ends_with("/chat/completions") {
+        return Some(Route::TextCompletions);
+    }
     if path.ends_with("/chat/completions") {
         return Some(Route::Chat {
             shape: Shape::OpenAi,
+            path_stream: false,
+        });
+    }
+    if path.ends_with("/responses") {
+        return Some(Route::Chat {
+            shape: Shape::Responses,
             path_stream: false,
         });
     }
@@ -63,6 +81,43 @@ pub fn path_model(path: &str) -> Option<&str> {
     rest.split(':').next()
 }
 
+/// Anthropic's token count for a request: the fake's rough count of its messages.
+pub fn count_tokens(request: &Value) -> Value {
+    let prompt = request
+        .get("messages")
+        .map(|m| m.to_string().len() as u64 / 4);
+    json!({"input_tokens": prompt.unwrap_or(0)})
+}
+
+/// A legacy text completion of `completion`'s content, whole or as its event stream.
+pub fn text_completion(completion: &Completion, stream: bool) -> Bytes {
+    let choice = |text: &str, finish: Option<&str>| json!([{"text": text, "index": 0, "logprobs": null, "finish_reason": finish}]);
+    let object = |choices: Value| {
+        json!({"id": format!("cmpl-{}", completion.id), "object": "text_completion",
+               "created": 1_700_000_000, "model": completion.model, "choices": choices})
+    };
+    if !stream {
+        let mut whole = object(choice(&completion.content, Some("stop")));
+        whole["usage"] = completion.openai_usage();
+        return Bytes::from(whole.to_string());
+    }
+    let mut body = String::new();
+    for i in 0..completion.chunks {
+        body.push_str(&format!(
+            "data: {}\n\n",
+            object(choice(&completion.piece(i), None))
+        ));
+    }
+    body.push_str(&format!("data: {}\n\n", object(choice("", Some("stop")))));
+    if completion.include_usage {
+        let mut usage = object(json!([]));
+        usage["usage"] = completion.openai_usage();
+        body.push_str(&format!("data: {usage}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Bytes::from(body)
+}
+
 /// The completion a request gets, in all its forms.
 pub struct Completion {
     pub shape: Shape,
@@ -86,7 +141,10 @@ impl Completion {
         request: &Value,
         behavior: &Behavior,
     ) -> Completion {
-        let prompt = request.get("messages").or_else(|| request.get("contents"));
+        let prompt = request
+            .get("messages")
+            .or_else(|| request.get("contents"))
+            .or_else(|| request.get("input"));
         let prompt_tokens = prompt.map(|m| m.to_string().len() as u64 / 4).unwrap_or(0);
         let model = match shape {
             Shape::Gemini => path_model(path).map(str::to_owned),
@@ -101,6 +159,7 @@ impl Completion {
         };
         let id = match shape {
             Shape::OpenAi => format!("chatcmpl-{name}-{call}"),
+            Shape::Responses => format!("resp_{name}_{call}"),
             Shape::Anthropic => format!("msg_{name}_{call}"),
             Shape::Gemini => format!("{name}-{call}"),
         };
@@ -152,6 +211,7 @@ impl Completion {
     /// The whole answer.
     pub fn whole(&self) -> Value {
         match self.shape {
+            Shape::Responses => self.responses_whole(),
             Shape::OpenAi => {
                 let mut message = json!({"role": "assistant", "content": self.content});
                 let finish = if self.tool_calls.is_empty() {
@@ -244,6 +304,7 @@ impl Completion {
     pub fn content_frames(&self, i: usize) -> Vec<Bytes> {
         let piece = self.piece(i);
         match self.shape {
+            Shape::Responses => self.responses_content_frames(i, &piece),
             Shape::OpenAi => {
                 let delta = if i == 0 {
                     json!({"role": "assistant", "content": piece})
@@ -282,6 +343,7 @@ impl Completion {
     /// The events after the content: tool calls, the finish, usage and the end marker.
     pub fn tail_frames(&self) -> Vec<Bytes> {
         match self.shape {
+            Shape::Responses => self.responses_tail_frames(),
             Shape::OpenAi => {
                 let mut frames: Vec<Bytes> = self
                     .openai_calls()
@@ -357,6 +419,7 @@ impl Completion {
     /// The provider's own error event inside a stream, saying `message` if given.
     pub fn stream_error(&self, message: Option<&str>) -> Bytes {
         match self.shape {
+            Shape::Responses => self.responses_stream_error(message),
             Shape::OpenAi => data(&json!({"error": {
                 "message": message.unwrap_or("fake upstream failed mid-stream"),
                 "type": "server_error", "param": null, "code": "server_error"}})),
@@ -389,7 +452,7 @@ fn named(name: &str, value: &Value) -> Bytes {
 pub fn error_body(shape: Shape, status: u16) -> String {
     let message = format!("fake upstream answered {status}");
     match shape {
-        Shape::OpenAi => {
+        Shape::OpenAi | Shape::Responses => {
             let (kind, code) = match status {
                 401 => ("authentication_error", "invalid_api_key"),
                 404 => ("invalid_request_error", "model_not_found"),

@@ -288,6 +288,8 @@ async fn handle(
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let shape = match route {
         Route::Chat { shape, .. } | Route::Embeddings(shape) => shape,
+        Route::CountTokens => Shape::Anthropic,
+        Route::TextCompletions => Shape::OpenAi,
     };
     let completion = Completion::new(&state.name, call, shape, &path, &request, &behavior);
     let status = behavior.status.unwrap_or(200);
@@ -307,6 +309,16 @@ async fn handle(
         huge_response(bytes, completion.stream)
     } else if let Route::Embeddings(shape) = route {
         json_response(200, &answer::embeddings(shape, &request).to_string())
+    } else if route == Route::CountTokens {
+        json_response(200, &answer::count_tokens(&request).to_string())
+    } else if route == Route::TextCompletions {
+        let content_type = if completion.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        let body = answer::text_completion(&completion, completion.stream);
+        raw_response(200, content_type, body)
     } else if completion.stream {
         stream_response(state.clone(), completion, behavior.clone())
     } else if behavior.malformed {

@@ -64,7 +64,8 @@ pub struct KeyView {
 pub struct ProviderKeys {
     store: Store,
     vault: Vault,
-    providers: Vec<ProviderId>,
+    /// The configured providers, which a reload may change.
+    providers: Mutex<Vec<ProviderId>>,
     rollback_window: Duration,
     /// What requests pick from: the usable keys, opened.
     pub ring: KeyRing,
@@ -87,7 +88,7 @@ impl ProviderKeys {
         Ok(ProviderKeys {
             store,
             vault,
-            providers: config.providers.iter().map(|p| p.id.clone()).collect(),
+            providers: Mutex::new(providers_of(config)),
             rollback_window: config.keys.rollback_window,
             ring: KeyRing::default(),
             unreadable: AtomicUsize::new(0),
@@ -342,13 +343,23 @@ impl ProviderKeys {
         }
     }
 
+    /// Takes a reloaded config's providers, so keys can be put for the ones it adds.
+    pub fn set_providers(&self, config: &Config) {
+        *self.providers.lock().unwrap_or_else(|e| e.into_inner()) = providers_of(config);
+    }
+
     fn known(&self, provider: &str) -> Result<(), KeyError> {
-        if self.providers.iter().any(|p| p.as_str() == provider) {
+        let providers = self.providers.lock().unwrap_or_else(|e| e.into_inner());
+        if providers.iter().any(|p| p.as_str() == provider) {
             Ok(())
         } else {
             Err(KeyError::UnknownProvider(provider.to_owned()))
         }
     }
+}
+
+fn providers_of(config: &Config) -> Vec<ProviderId> {
+    config.providers.iter().map(|p| p.id.clone()).collect()
 }
 
 /// When a key put now with `expires_in` expires, or why it cannot.

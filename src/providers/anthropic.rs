@@ -36,25 +36,51 @@ impl Adapter for AnthropicAdapter {
         request: &ClientRequest,
         stream: bool,
     ) -> Result<reqwest::RequestBuilder, Rejection> {
-        if request.operation == Operation::Embeddings {
-            return Err(Rejection::new(
-                "model",
-                "Anthropic has no embeddings API: route embeddings to an openai, azure or gemini provider",
-            ));
-        }
         let max_tokens = target.provider.default_max_tokens;
-        let body = match request.format {
-            ClientFormat::Anthropic => passthrough(&request.body, target.model, max_tokens, stream),
-            ClientFormat::OpenAi => super::to_bytes(&encode::from_openai(
-                &request.body,
-                target.model,
-                max_tokens,
-                stream,
-            )?),
+        let (path, body) = match (request.operation, request.format) {
+            (Operation::Embeddings, _) => {
+                return Err(Rejection::new(
+                    "model",
+                    "Anthropic has no embeddings API: route embeddings to an openai, azure or gemini provider",
+                ));
+            }
+            // Responses requests reach Anthropic as chat, through the Responses adapter.
+            (Operation::Completions | Operation::Responses, _) => {
+                return Err(super::only_for(request.operation));
+            }
+            (Operation::CountTokens, _) => {
+                let model_json = Value::from(target.model).to_string();
+                let body = request
+                    .body
+                    .with_fields(&[("model", &model_json)])
+                    .unwrap_or_else(|| {
+                        let mut body = request.body.tree().clone();
+                        body.insert("model".into(), Value::from(target.model));
+                        super::to_bytes(&body)
+                    });
+                ("v1/messages/count_tokens", body)
+            }
+            (Operation::Chat, ClientFormat::Anthropic) => (
+                "v1/messages",
+                passthrough(&request.body, target.model, max_tokens, stream),
+            ),
+            (Operation::Chat, ClientFormat::OpenAi) => (
+                "v1/messages",
+                super::to_bytes(&encode::from_openai(
+                    &request.body,
+                    target.model,
+                    max_tokens,
+                    stream,
+                )?),
+            ),
         };
-        let url = format!("{}/v1/messages", target.provider.base_url);
+        let url = format!("{}/{path}", target.provider.base_url);
         let mut builder = super::openai::post(target, url, body, stream)
             .header("anthropic-version", &target.provider.anthropic_version);
+        // Betas change what Anthropic accepts and answers; the client asked for them.
+        if let Some(beta) = &request.anthropic_beta {
+            builder = builder.header("anthropic-beta", beta);
+        }
         if let Some(key) = target.key {
             builder = builder.header("x-api-key", key.secret.expose());
         }
@@ -63,6 +89,13 @@ impl Adapter for AnthropicAdapter {
 
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
         let message: Value = serde_json::from_slice(body).ok()?;
+        if request.operation == Operation::CountTokens {
+            message.get("input_tokens")?.as_u64()?;
+            return Some(Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage: None,
+            });
+        }
         if message.get("type").and_then(Value::as_str) != Some("message")
             || !message.get("content").is_some_and(Value::is_array)
         {
@@ -244,6 +277,7 @@ mod tests {
             format: ClientFormat::OpenAi,
             operation: Operation::Chat,
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
+            anthropic_beta: None,
         };
         let built = AnthropicAdapter
             .request(&target, &request, true)

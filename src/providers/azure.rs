@@ -23,7 +23,7 @@ impl Adapter for AzureAdapter {
         stream: bool,
     ) -> Result<reqwest::RequestBuilder, Rejection> {
         let body = openai::encode(request, target.model, stream)?;
-        let url = url(target, request.operation);
+        let url = url(target, request.operation)?;
         let mut builder = openai::post(target, url, body, stream);
         if let Some(key) = target.key {
             builder = builder.header("api-key", key.secret.expose());
@@ -49,10 +49,13 @@ impl Adapter for AzureAdapter {
     }
 }
 
-fn url(target: &Target<'_>, operation: Operation) -> String {
+fn url(target: &Target<'_>, operation: Operation) -> Result<String, Rejection> {
     let path = match operation {
         Operation::Chat => "chat/completions",
+        Operation::Completions => "completions",
         Operation::Embeddings => "embeddings",
+        Operation::CountTokens => return Err(super::only_for(operation)),
+        Operation::Responses => "responses",
     };
     let mut url = format!(
         "{}/openai/deployments/{}/{path}",
@@ -61,7 +64,7 @@ fn url(target: &Target<'_>, operation: Operation) -> String {
     );
     url.push_str("?api-version=");
     url.push_str(&super::path_segment(&target.provider.api_version));
-    url
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -70,6 +73,7 @@ mod tests {
     use crate::config::Config;
     use crate::keys::{KeyLease, Secret};
     use crate::providers::ClientFormat;
+    use serde_json::Map;
 
     #[test]
     fn builds_the_deployment_url_with_api_key_and_version() {
@@ -93,6 +97,7 @@ mod tests {
             format: ClientFormat::OpenAi,
             operation: Operation::Chat,
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
+            anthropic_beta: None,
         };
         let built = AzureAdapter
             .request(&target, &request, false)
@@ -105,5 +110,25 @@ mod tests {
         );
         assert_eq!(built.headers()["api-key"], "azure-secret");
         assert!(built.headers().get("authorization").is_none());
+
+        let legacy = ClientRequest::new(
+            ClientFormat::OpenAi,
+            Operation::Completions,
+            serde_json::from_str::<crate::providers::RequestBody>(
+                r#"{"model":"smart","prompt":"Hi"}"#,
+            )
+            .unwrap(),
+        );
+        let built = AzureAdapter
+            .request(&target, &legacy, false)
+            .unwrap()
+            .build()
+            .unwrap();
+        assert_eq!(
+            built.url().as_str(),
+            "https://res.openai.azure.com/openai/deployments/gpt-4o-deploy/completions?api-version=2024-10-21"
+        );
+        let count = ClientRequest::new(ClientFormat::Anthropic, Operation::CountTokens, Map::new());
+        assert!(AzureAdapter.request(&target, &count, false).is_err());
     }
 }

@@ -35,8 +35,12 @@ impl Adapter for GeminiAdapter {
     ) -> Result<reqwest::RequestBuilder, Rejection> {
         let model = target.model.strip_prefix("models/").unwrap_or(target.model);
         let (method, body) = match request.operation {
+            Operation::CountTokens | Operation::Completions => {
+                return Err(super::only_for(request.operation));
+            }
             Operation::Embeddings => embed::request(&request.body, model)?,
-            Operation::Chat => {
+            // A Responses request arrives here already translated to chat (`responses`).
+            Operation::Chat | Operation::Responses => {
                 let translated;
                 let openai = match request.format {
                     ClientFormat::OpenAi => &request.body,
@@ -132,6 +136,7 @@ mod tests {
             format: ClientFormat::OpenAi,
             operation,
             body: serde_json::from_str(body).unwrap(),
+            anthropic_beta: None,
         };
         GeminiAdapter
             .request(&target, &request, stream)

@@ -13,6 +13,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::responses;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
@@ -32,7 +33,10 @@ impl Adapter for OpenAiAdapter {
         let body = encode(request, target.model, stream)?;
         let path = match request.operation {
             Operation::Chat => "chat/completions",
+            Operation::Completions => "completions",
             Operation::Embeddings => "embeddings",
+            Operation::Responses => "responses",
+            Operation::CountTokens => return Err(super::only_for(request.operation)),
         };
         let url = format!("{}/{path}", target.provider.base_url);
         let mut builder = post(target, url, body, stream);
@@ -86,6 +90,7 @@ pub(crate) fn encode(
     stream: bool,
 ) -> Result<Bytes, Rejection> {
     match (request.operation, request.format) {
+        (Operation::CountTokens, _) => Err(super::only_for(request.operation)),
         (Operation::Chat, ClientFormat::Anthropic) => {
             let mut body = inbound_request::to_openai(&request.body)?;
             Ok(encode_body(&mut body, model, stream).0)
@@ -101,7 +106,8 @@ pub(crate) fn encode(
                     super::to_bytes(&body)
                 }))
         }
-        (Operation::Chat, ClientFormat::OpenAi) => Ok(passthrough(&request.body, model, stream)),
+        // Chat and legacy completions from OpenAI clients: their own bytes.
+        _ => Ok(passthrough(&request.body, model, stream)),
     }
 }
 
@@ -142,11 +148,19 @@ pub(crate) fn decode(request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
             body: Bytes::copy_from_slice(body),
             usage,
         }),
-        (Operation::Chat, ClientFormat::OpenAi) => probe_completion(body).map(|usage| Decoded {
-            body: Bytes::copy_from_slice(body),
-            usage,
-        }),
-        (Operation::Chat, ClientFormat::Anthropic) => {
+        (Operation::CountTokens, _) => None,
+        (Operation::Responses, _) => {
+            responses::passthrough::probe_response(body).map(|usage| Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage,
+            })
+        }
+        (Operation::Chat | Operation::Completions, ClientFormat::OpenAi) => probe_completion(body)
+            .map(|usage| Decoded {
+                body: Bytes::copy_from_slice(body),
+                usage,
+            }),
+        (Operation::Chat | Operation::Completions, ClientFormat::Anthropic) => {
             let completion: Value = serde_json::from_slice(body).ok()?;
             let message = inbound_response::from_openai(&completion)?;
             Some(Decoded {

@@ -20,6 +20,7 @@
 //! that returns after the breaker opened) is ignored.
 
 mod callers;
+mod shared;
 
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use super::classify::FailureClass;
 use crate::config::BreakerConfig;
 pub use callers::CallerTag;
 use callers::RecentCallers;
+pub use shared::{Gate, Transition};
 
 /// Where a breaker stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +116,9 @@ pub enum Refusal {
     Open { until: Instant },
     /// Half-open, and its one probe is out.
     ProbeInFlight,
+    /// Ready for a probe, but in a cluster the probe is another instance's unless this one
+    /// takes the cluster's probe lease.
+    AwaitingLease,
     /// A 429 asked us to stay away until then.
     Benched { until: Instant },
 }
@@ -122,7 +127,9 @@ impl Refusal {
     /// The class a skipped step is recorded with.
     pub fn class(self) -> FailureClass {
         match self {
-            Refusal::Open { .. } | Refusal::ProbeInFlight => FailureClass::CircuitOpen,
+            Refusal::Open { .. } | Refusal::ProbeInFlight | Refusal::AwaitingLease => {
+                FailureClass::CircuitOpen
+            }
             Refusal::Benched { .. } => FailureClass::Benched,
         }
     }
@@ -252,6 +259,12 @@ pub struct Breaker {
     /// Recent callers whose requests failed, and whose requests were served, while closed.
     failing: RecentCallers,
     served: RecentCallers,
+    /// Who may probe it: this instance alone, or whoever holds the cluster's lease.
+    gate: Gate,
+    /// The cluster's version of this breaker's state that the local one reflects, and how
+    /// many local changes are still on their way to the cluster.
+    shared_version: u64,
+    pending: u32,
 }
 
 impl Breaker {
@@ -269,6 +282,9 @@ impl Breaker {
             consecutive: 0,
             benched_until: None,
             times_opened: 0,
+            gate: Gate::Local,
+            shared_version: 0,
+            pending: 0,
         }
     }
 
@@ -296,9 +312,9 @@ impl Breaker {
             return Err(Refusal::Benched { until });
         }
         match self.state {
-            State::Closed | State::HalfOpen { probing: false } => Ok(()),
+            State::Closed => Ok(()),
             State::Open { until } if now < until => Err(Refusal::Open { until }),
-            State::Open { .. } => Ok(()),
+            State::Open { .. } | State::HalfOpen { probing: false } => self.may_probe(),
             State::HalfOpen { probing: true } => Err(Refusal::ProbeInFlight),
         }
     }
@@ -328,15 +344,25 @@ impl Breaker {
                 epoch: self.epoch,
                 probe: false,
             }),
-            State::Open { .. } | State::HalfOpen { probing: false } => Ok(self.start_probe()),
+            State::Open { .. } | State::HalfOpen { probing: false } => {
+                self.may_probe()?;
+                Ok(self.start_probe())
+            }
         }
     }
 
-    /// Takes the result of an attempt admitted for `caller` into account.
-    pub fn record(&mut self, now: Instant, ticket: Ticket, verdict: Verdict, caller: CallerTag) {
+    /// Takes the result of an attempt admitted for `caller` into account; says whether it
+    /// opened or closed the breaker, which a cluster must hear of.
+    pub fn record(
+        &mut self,
+        now: Instant,
+        ticket: Ticket,
+        verdict: Verdict,
+        caller: CallerTag,
+    ) -> Option<Transition> {
         if ticket.epoch != self.epoch {
             // Admitted under an earlier state; the breaker has moved on since.
-            return;
+            return None;
         }
         match (self.state, ticket.probe) {
             // A probe is judged alone, whoever sent it: it is the only request let through.
@@ -344,6 +370,8 @@ impl Breaker {
                 Verdict::Success => {
                     self.cooldown = self.settings.cooldown_min;
                     self.close();
+                    self.probe_settled();
+                    return Some(Transition::Closed);
                 }
                 Verdict::Failure => {
                     self.cooldown = self
@@ -352,6 +380,10 @@ impl Breaker {
                         .min(self.settings.cooldown)
                         .max(self.settings.cooldown_min);
                     self.open(now);
+                    self.probe_settled();
+                    return Some(Transition::Opened {
+                        cooldown: self.cooldown,
+                    });
                 }
                 Verdict::Neutral => self.state = State::HalfOpen { probing: false },
             },
@@ -368,12 +400,16 @@ impl Breaker {
                     if self.tripped(now) {
                         self.cooldown = self.settings.cooldown_min;
                         self.open(now);
+                        return Some(Transition::Opened {
+                            cooldown: self.cooldown,
+                        });
                     }
                 }
                 Verdict::Neutral => {}
             },
             _ => {}
         }
+        None
     }
 
     /// Gives back a ticket whose attempt never finished (the client went away): a probe's

@@ -24,6 +24,8 @@ pub struct UpstreamReply {
     pub status: StatusCode,
     pub content_type: Option<HeaderValue>,
     pub body: Bytes,
+    /// The provider's own id of the request, for `x-switchyard-upstream-request-id`.
+    pub upstream_request_id: Option<HeaderValue>,
 }
 
 /// A failed attempt: its class, what to do next, and the upstream's answer if there was one.

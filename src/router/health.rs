@@ -13,9 +13,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::balance::{Ewma, fastest, smooth_pick};
-use super::breaker::{Breaker, BreakerView, CallerTag, Refusal, Ticket, Verdict};
+use super::breaker::{Breaker, BreakerView, CallerTag, Gate, Refusal, Ticket, Transition, Verdict};
 use super::classify::FailureClass;
 use super::retry::MAX_RETRY_AFTER;
+use crate::cluster::Link;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
 };
@@ -60,11 +61,43 @@ struct Table {
     latency: HashMap<(ProviderId, ModelName), Ewma>,
     /// Smooth round robin's running values, per (route, step) with several deployments.
     rotations: HashMap<(RouteName, usize), Vec<i64>>,
+    /// Cluster mode's link to the other instances; `None` on a single node.
+    link: Option<Arc<Link>>,
 }
 
 impl Table {
     fn check(&self, id: &DeploymentId, now: Instant) -> Result<(), Refusal> {
-        self.breakers.get(id).map_or(Ok(()), |b| b.check(now))
+        let verdict = self.breakers.get(id).map_or(Ok(()), |b| b.check(now));
+        self.wish_lease(id, verdict);
+        verdict
+    }
+
+    /// A breaker ready for a probe that is the cluster's to give: ask for the lease.
+    fn wish_lease<T>(&self, id: &DeploymentId, verdict: Result<T, Refusal>) {
+        if let (Err(Refusal::AwaitingLease), Some(link)) = (verdict, &self.link) {
+            link.wish_lease(id);
+        }
+    }
+
+    /// Hands a breaker's change to the cluster, if there is one to tell.
+    fn announce(&mut self, id: &DeploymentId, transition: Option<Transition>) {
+        let (Some(transition), Some(link)) = (transition, &self.link) else {
+            return;
+        };
+        if link.moved(id, transition)
+            && let Some(breaker) = self.breakers.get_mut(id)
+        {
+            breaker.change_sent();
+        }
+    }
+
+    /// A new breaker, gated by the cluster while breakers are shared.
+    fn new_breaker(&self, settings: &BreakerConfig, now: Instant) -> Breaker {
+        let mut breaker = Breaker::new(settings.clone(), now);
+        if self.link.as_ref().is_some_and(|link| link.shared()) {
+            breaker.set_gate(Gate::Elsewhere);
+        }
+        breaker
     }
 }
 
@@ -159,13 +192,15 @@ impl Permit<'_> {
         let now = Instant::now();
         let mut table = self.health.lock();
         let breaker = table.breakers.get_mut(&self.id);
+        let mut transition = None;
         if let (Some(ticket), Some(breaker)) = (self.ticket.take(), breaker) {
-            breaker.record(now, ticket, verdict, caller);
+            transition = breaker.record(now, ticket, verdict, caller);
             if let Some(bench) = bench {
                 // Capped again here: an overflow would panic with the health lock held.
                 breaker.bench(now + bench.min(MAX_RETRY_AFTER));
             }
         }
+        table.announce(&self.id, transition);
         self.observe(&mut table, latency, now);
     }
 
@@ -368,14 +403,15 @@ impl Health {
                     return Ok(None);
                 }
             }
-            table
-                .breakers
-                .insert(id.clone(), Breaker::new(self.settings.clone(), now));
+            let breaker = table.new_breaker(&self.settings, now);
+            table.breakers.insert(id.clone(), breaker);
         }
-        match table.breakers.get_mut(id) {
+        let admitted = match table.breakers.get_mut(id) {
             Some(breaker) => how(breaker, now).map(Some),
             None => Ok(None),
-        }
+        };
+        table.wish_lease(id, admitted);
+        admitted
     }
 
     /// Every breaker, sorted by provider, model and key.
@@ -409,6 +445,9 @@ impl Health {
                 breaker.reset();
                 count += 1;
             }
+        }
+        if let Some(link) = &table.link {
+            link.reset(provider, model);
         }
         count
     }
@@ -530,8 +569,10 @@ fn pick(
     }
 }
 
+mod shared;
 mod verdict;
 
+pub use shared::{HeldLease, SharedState};
 pub use verdict::{Deferred, PendingVerdict};
 
 #[cfg(test)]

@@ -33,6 +33,8 @@ pub struct JsonReply {
 /// A stream that committed: the client's events for its first upstream event, and the
 /// reader and translator for the rest. The reader scrubs the attempt's key from every event.
 pub struct CommittedStream {
+    /// The provider's own id of the request, for `x-switchyard-upstream-request-id`.
+    pub upstream_request_id: Option<HeaderValue>,
     pub first: Vec<Bytes>,
     pub first_usage: Option<Usage>,
     pub reader: ScrubbedReader,
@@ -60,7 +62,7 @@ impl Attempter for JsonAttempter<'_> {
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
     ) -> Attempt<JsonReply> {
-        let adapter = providers::adapter(provider.kind);
+        let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
             client: self.client,
             provider,
@@ -92,6 +94,7 @@ impl Attempter for JsonAttempter<'_> {
                         status,
                         content_type: Some(HeaderValue::from_static("application/json")),
                         body: decoded.body,
+                        upstream_request_id: upstream_request_id(&headers, &scrubber),
                     },
                     usage: decoded.usage,
                 }),
@@ -148,6 +151,7 @@ fn error_reply(
             status,
             content_type: Some(HeaderValue::from_static("application/json")),
             body: translated,
+            upstream_request_id: upstream_request_id(headers, scrubber),
         },
         None => UpstreamReply {
             status,
@@ -155,8 +159,21 @@ fn error_reply(
                 .get(reqwest::header::CONTENT_TYPE)
                 .map(|value| scrubber.header(value.clone())),
             body,
+            upstream_request_id: upstream_request_id(headers, scrubber),
         },
     }
+}
+
+/// The provider's id of the request: `request-id` (Anthropic), `x-request-id` (OpenAI and
+/// most compatible servers), `apim-request-id` (Azure), scrubbed like any header passed on.
+fn upstream_request_id(
+    headers: &reqwest::header::HeaderMap,
+    scrubber: &Scrubber,
+) -> Option<HeaderValue> {
+    ["request-id", "x-request-id", "apim-request-id"]
+        .iter()
+        .find_map(|name| headers.get(*name))
+        .map(|value| scrubber.header(value.clone()))
 }
 
 /// A field the step's provider cannot carry: the client's 400, no other step tried, since
@@ -177,6 +194,7 @@ fn rejected<T>(request: &ClientRequest, rejection: Rejection) -> Attempt<T> {
             status,
             content_type: Some(HeaderValue::from_static("application/json")),
             body,
+            upstream_request_id: None,
         }),
     })
 }
@@ -207,7 +225,7 @@ impl Attempter for StreamAttempter<'_> {
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
     ) -> Attempt<CommittedStream> {
-        let adapter = providers::adapter(provider.kind);
+        let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
             client: self.client,
             provider,
@@ -246,10 +264,12 @@ impl Attempter for StreamAttempter<'_> {
                     reply: Some(reply),
                 });
             }
+            let upstream_request_id = upstream_request_id(response.headers(), &scrubber);
             let bytes: ByteStream = Box::pin(response.bytes_stream());
             let mut reader = ScrubbedReader::new(SseReader::new(bytes, max_event_bytes), scrubber);
             let (first, first_usage) = first_event(&mut reader, translator.as_mut()).await?;
             Ok(CommittedStream {
+                upstream_request_id,
                 first,
                 first_usage,
                 reader,

@@ -7,8 +7,9 @@
 
 pub mod breakers;
 pub mod keys;
+pub mod virtual_keys;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRef, FromRequestParts};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue};
@@ -22,10 +23,14 @@ use super::{ApiError, AppState};
 /// Proof that the request carried the admin token.
 pub struct Admin;
 
-impl FromRequestParts<AppState> for Admin {
+impl<S: Send + Sync> FromRequestParts<S> for Admin
+where
+    AppState: FromRef<S>,
+{
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Admin, ApiError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Admin, ApiError> {
+        let state = AppState::from_ref(state);
         let Some(expected) = &state.admin_token else {
             return Err(ApiError::NotFound(parts.uri.path().to_owned()));
         };
@@ -57,12 +62,16 @@ pub struct OnAdminListener;
 /// password (any user name), which is how a browser opens `/dashboard`.
 pub struct Observer;
 
-impl FromRequestParts<AppState> for Observer {
+impl<S: Send + Sync> FromRequestParts<S> for Observer
+where
+    AppState: FromRef<S>,
+{
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Observer, Response> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Observer, Response> {
+        let state = AppState::from_ref(state);
         let metrics_token = state
-            .config
+            .config()
             .admin
             .metrics_token
             .as_ref()

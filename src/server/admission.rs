@@ -26,6 +26,13 @@ pub fn authenticate(
                 ApiError::Unauthorized("a virtual key is required: send Authorization: Bearer sy-…")
             }
             AuthFailure::Invalid => ApiError::Unauthorized("the virtual key is unknown or revoked"),
+            AuthFailure::Expired(key) => {
+                // The row names whose key it was, so an operator sees why a user is refused.
+                let record = guard.record();
+                record.user = Some(key.user.clone());
+                record.key_id = Some(key.id.clone());
+                ApiError::Unauthorized("the virtual key has expired")
+            }
         })?;
     let record = guard.record();
     record.user = Some(caller.user.to_string());
@@ -41,7 +48,7 @@ pub fn authorize(
     headers: &HeaderMap,
 ) -> Result<usize, ApiError> {
     caller
-        .may_use(&state.config, model)
+        .may_use(state.config(), model)
         .map_err(|denied| match denied {
             Denied::DirectName => ApiError::Forbidden(
                 "direct provider/model names other than a route's steps are not enabled: use a route, or see [auth] direct_models",
@@ -53,7 +60,7 @@ pub fn authorize(
         .get(FORCE_FALLBACK)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if forced && !state.config.debug.allow_force_fallback && !caller.has_permission("debug") {
+    if forced && !state.config().debug.allow_force_fallback && !caller.has_permission("debug") {
         return Err(ApiError::Forbidden(
             "x-switchyard-force-fallback needs a key with the debug permission, or [debug] allow_force_fallback = true",
         ));
@@ -67,7 +74,7 @@ pub async fn admit(
     caller: &Caller,
     request_id: &str,
 ) -> Result<Permit, ApiError> {
-    match state.limits.admit(caller, request_id).await {
+    match state.limits().admit(caller, request_id).await {
         Ok(Decision::Admit(permit)) => Ok(permit),
         Ok(Decision::Refuse(refusal)) => Err(ApiError::RateLimited(refusal)),
         Err(_) => Err(ApiError::LimitsUnavailable),

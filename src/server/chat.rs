@@ -106,7 +106,7 @@ async fn serve(
         Err(error) => return unauthenticated(state, peer, guard, error, format),
     };
     // The body is checked before the limits are taken, so a malformed request costs no quota.
-    let mut prepared = match prepare(state, body, endpoint) {
+    let mut prepared = match prepare(state, headers, body, endpoint) {
         Ok(prepared) => prepared,
         Err(error) => return refuse(guard, error, format),
     };
@@ -118,6 +118,16 @@ async fn serve(
         Err(error) => return refuse(guard, error, format),
     };
     prepared.caller = breaker_caller(&caller);
+    // The Responses API's stored state: the input rebuilt from the previous turn.
+    let responses_plan = match endpoint.operation {
+        Operation::Responses => {
+            match super::responses::before(state, &caller, &mut prepared.request).await {
+                Ok(plan) => Some(plan),
+                Err(error) => return refuse(guard, error, format),
+            }
+        }
+        _ => None,
+    };
     let permit = match admission::admit(state, &caller, &id).await {
         Ok(permit) => permit,
         Err(error) => return refuse(guard, error, format),
@@ -128,6 +138,9 @@ async fn serve(
     } else {
         route_json(state, prepared, guard, permit).await
     };
+    if let Some(plan) = responses_plan {
+        response = super::responses::after(plan, response).await;
+    }
     admission::add_rate_headers(&mut response, &rate_headers);
     response
 }
@@ -167,12 +180,13 @@ pub(super) fn stream_flag(request: &RequestBody) -> Result<bool, ApiError> {
 
 fn prepare(
     state: &AppState,
+    headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
     endpoint: &Endpoint,
 ) -> Result<Prepared, ApiError> {
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
-            limit: state.config.server.max_body_bytes,
+            limit: state.config().server.max_body_bytes,
         },
         _ if is_body_timeout(&rejection) => ApiError::BodyTimeout,
         _ => ApiError::InvalidJson(rejection.body_text()),
@@ -189,7 +203,7 @@ fn prepare(
         }
     };
     let stream = (endpoint.check)(&request)?;
-    let route = resolve_route(&state.config, &state.routes, &model).map_err(|e| match e {
+    let route = resolve_route(state.config(), state.routes(), &model).map_err(|e| match e {
         RouteError::Unknown => ApiError::UnknownModel(model.clone()),
         RouteError::BadModelName(why) => ApiError::InvalidRequest {
             message: why.into(),
@@ -203,6 +217,10 @@ fn prepare(
             format: endpoint.format,
             operation: endpoint.operation,
             body: request,
+            anthropic_beta: headers
+                .get("anthropic-beta")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
         },
         stream,
         first_step: 0,
@@ -216,16 +234,16 @@ async fn route_json(
     mut guard: RecordGuard,
     permit: Permit,
 ) -> Response {
-    let deadline = guard.started() + state.config.retry.request_deadline;
+    let deadline = guard.started() + state.config().retry.request_deadline;
     let mut attempter = JsonAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
         deadline,
-        max_body_bytes: state.config.server.max_upstream_body_bytes,
+        max_body_bytes: state.config().server.max_upstream_body_bytes,
     };
     let inputs = ChainInputs {
-        config: &state.config,
+        config: state.config(),
         keys: &state.keys.ring,
         health: &state.health,
         route: &prepared.route,
@@ -267,16 +285,16 @@ async fn route_stream(
     mut guard: RecordGuard,
     permit: Permit,
 ) -> Response {
-    let deadline = guard.started() + state.config.retry.request_deadline;
+    let deadline = guard.started() + state.config().retry.request_deadline;
     let mut attempter = StreamAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
-        max_body_bytes: state.config.server.max_upstream_body_bytes,
-        max_event_bytes: state.config.server.max_sse_event_bytes,
+        max_body_bytes: state.config().server.max_upstream_body_bytes,
+        max_event_bytes: state.config().server.max_sse_event_bytes,
     };
     let inputs = ChainInputs {
-        config: &state.config,
+        config: state.config(),
         keys: &state.keys.ring,
         health: &state.health,
         route: &prepared.route,
@@ -307,9 +325,12 @@ async fn route_stream(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/event-stream"),
             );
+            if let Some(id) = output.upstream_request_id.clone() {
+                headers.insert(UPSTREAM_REQUEST_ID, id);
+            }
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             let limits = StreamLimits {
-                idle_timeout: state.config.retry.stream_idle_timeout,
+                idle_timeout: state.config().retry.stream_idle_timeout,
                 deadline,
                 grace_over: state.grace_over.subscribe(),
             };
@@ -343,7 +364,7 @@ fn exhausted<T>(
     let degraded = route
         .degraded
         .as_ref()
-        .filter(|_| request.operation == Operation::Chat);
+        .filter(|_| request.operation != Operation::Embeddings);
     let Some(content) = degraded else {
         let failures = describe_failures(&run.attempts);
         // Rate-limited everywhere: a 429 with the soonest retry lets the client's SDK wait
@@ -362,6 +383,16 @@ fn exhausted<T>(
     let id = guard.record().id.clone();
     let name = route.name.as_str();
     let response = match (stream, request.format) {
+        _ if request.operation == Operation::Responses => {
+            let (content_type, body) = if stream {
+                let body = super::responses::degraded::stream(&request.body, name, content);
+                ("text/event-stream", body)
+            } else {
+                let body = super::responses::degraded::response(&request.body, name, content);
+                ("application/json", body)
+            };
+            ([(header::CONTENT_TYPE, content_type)], body).into_response()
+        }
         (true, ClientFormat::OpenAi) => {
             let body = degraded::stream(&id, name, content, request.asked_stream_usage());
             ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
@@ -458,10 +489,16 @@ fn last_failure<T>(run: &ChainRun<T>) -> Option<String> {
         .map(|f| f.kind().to_owned())
 }
 
+/// Where the client finds the provider's own id of its request, to quote to the provider.
+const UPSTREAM_REQUEST_ID: HeaderName = HeaderName::from_static("x-switchyard-upstream-request-id");
+
 /// An upstream answer, body and status as they came.
 fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
     let mut response = Response::new(Body::from(reply.body));
     *response.status_mut() = reply.status;
+    if let Some(id) = reply.upstream_request_id {
+        response.headers_mut().insert(UPSTREAM_REQUEST_ID, id);
+    }
     let content_type = reply
         .content_type
         .unwrap_or_else(|| HeaderValue::from_static("application/json"));
@@ -478,7 +515,7 @@ pub(super) async fn refuse_declared_oversize(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let limit = state.config.server.max_body_bytes;
+    let limit = state.config().server.max_body_bytes;
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)

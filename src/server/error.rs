@@ -46,6 +46,9 @@ pub enum ApiError {
         message: String,
         param: Option<&'static str>,
     },
+    /// A request field the endpoint's API does not have.
+    #[error("unknown field `{0}`: this endpoint's API has no such parameter")]
+    UnknownField(String),
     #[error("the model `{0}` does not exist: it is neither a route nor provider/model")]
     UnknownModel(String),
     #[error("{0}")]
@@ -73,6 +76,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{0}")]
     Missing(String),
+    /// The request contradicts the resource's state (a change to a revoked key).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Internal(&'static str),
     /// Too much of one kind of work at once; retrying in a moment helps.
@@ -86,7 +92,9 @@ impl ApiError {
         match self {
             ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            ApiError::InvalidJson(_) | ApiError::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::InvalidJson(_)
+            | ApiError::InvalidRequest { .. }
+            | ApiError::UnknownField(_) => StatusCode::BAD_REQUEST,
             ApiError::UnknownModel(_) | ApiError::NotFound(_) | ApiError::Missing(_) => {
                 StatusCode::NOT_FOUND
             }
@@ -101,6 +109,7 @@ impl ApiError {
             | ApiError::Busy(_)
             | ApiError::LogFull => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
     }
 
@@ -119,6 +128,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::BodyTimeout => "body_timeout",
             ApiError::InvalidRequest { .. } => "invalid_request",
+            ApiError::UnknownField(_) => "unknown_parameter",
             ApiError::UnknownModel(_) => "model_not_found",
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
@@ -130,6 +140,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Missing(_) => "not_found",
+            ApiError::Conflict(_) => "conflict",
             ApiError::Internal(_) => "internal_error",
             ApiError::Busy(_) => "busy",
         }
@@ -148,9 +159,10 @@ impl ApiError {
         }
     }
 
-    fn param(&self) -> Option<&'static str> {
+    fn param(&self) -> Option<&str> {
         match self {
             ApiError::InvalidRequest { param, .. } => *param,
+            ApiError::UnknownField(field) => Some(field),
             ApiError::UnknownModel(_) => Some("model"),
             _ => None,
         }

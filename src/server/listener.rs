@@ -102,7 +102,10 @@ pub async fn serve(
     state: AppState,
     mut stop: watch::Receiver<bool>,
 ) {
-    let timeouts = Timeouts::new(&state.config.server, state.config.retry.request_deadline);
+    let timeouts = Timeouts::new(
+        &state.config().server,
+        state.config().retry.request_deadline,
+    );
     let slots = Arc::new(Semaphore::new(capacity.max));
     let overflow = Arc::new(Semaphore::new(capacity.overflow));
     let mut connections = JoinSet::new();
@@ -174,7 +177,7 @@ async fn all_closed(connections: &mut JoinSet<()>) {
 }
 
 async fn drain(mut connections: JoinSet<()>, state: &AppState) {
-    let grace = state.config.server.shutdown_grace;
+    let grace = state.config().server.shutdown_grace;
     if tokio::time::timeout(grace, all_closed(&mut connections))
         .await
         .is_ok()

@@ -20,6 +20,29 @@ const MESSAGES: Endpoint = Endpoint {
     check: check_message,
 };
 
+const COUNT_TOKENS: Endpoint = Endpoint {
+    format: ClientFormat::Anthropic,
+    operation: Operation::CountTokens,
+    check: check_count_tokens,
+};
+
+/// `POST /v1/messages/count_tokens`: passed to an Anthropic step as it came (only `model`
+/// rewritten). Other providers count differently, so a step of another kind is a 400.
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    peer: ClientAddr,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    handle(&state, peer, &headers, body, &COUNT_TOKENS).await
+}
+
+/// A count takes the message's fields but never streams.
+fn check_count_tokens(request: &RequestBody) -> Result<bool, ApiError> {
+    check_message(request)?;
+    Ok(false)
+}
+
 pub async fn messages(
     State(state): State<AppState>,
     peer: ClientAddr,

@@ -43,7 +43,7 @@ pub async fn check_backends(state: Weak<Shared>) {
         let Some(shared) = state.upgrade() else {
             return;
         };
-        let limits = shared.limits.probe();
+        let limits = shared.live().limits.probe();
         let store = shared.store.clone();
         drop(shared);
         let store = async {

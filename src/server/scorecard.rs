@@ -57,7 +57,7 @@ pub async fn scorecard(
             .collect(),
         keys,
     };
-    Ok(Json(builder.finish(&live, &state.config.alerts)))
+    Ok(Json(builder.finish(&live, &state.config().alerts)))
 }
 
 /// The operator's page; it fetches `/v1/scorecard` every few seconds.

@@ -3,16 +3,19 @@
 
 use std::net::SocketAddr;
 
-use super::Shared;
+use super::AppState;
 use crate::config::LimitBackend;
 
 /// Logs the summary, then that the gateway listens; nothing before this may say "listening",
 /// because everything that can stop a start has happened by now.
-pub(super) fn announce(state: &Shared, addr: SocketAddr, admin: Option<SocketAddr>) {
-    let config = &state.config;
-    let store = match config.store.url.strip_prefix("sqlite://") {
-        Some(path) => format!("SQLite file {path}"),
-        None => "SQLite in memory: nothing outlives this process".to_owned(),
+pub(super) fn announce(state: &AppState, addr: SocketAddr, admin: Option<SocketAddr>) {
+    let config = state.config();
+    let store = match (&state.store, config.store.url.strip_prefix("sqlite://")) {
+        (crate::store::Store::Postgres(pg), _) => {
+            format!("PostgreSQL at {}, shared by every instance", pg.shown())
+        }
+        (_, Some(path)) => format!("SQLite file {path}"),
+        (_, None) => "SQLite in memory: nothing outlives this process".to_owned(),
     };
     tracing::info!("store: {store}");
     let limiter = match config.limits.backend {
@@ -38,6 +41,7 @@ pub(super) fn announce(state: &Shared, addr: SocketAddr, admin: Option<SocketAdd
         );
     }
     tracing::info!(
+        sha256 = %state.live.stamp.sha256,
         "config: {} route(s), {} provider(s), {} role(s)",
         config.routes.len(),
         config.providers.len(),

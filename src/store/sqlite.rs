@@ -2,6 +2,7 @@
 
 mod provider_keys;
 mod request_log;
+mod response_state;
 mod rollup;
 
 use std::sync::{Arc, Mutex};
@@ -91,6 +92,30 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (kind, name, model, minute_ms)
      ) WITHOUT ROWID;
      CREATE INDEX log_rollup_minute ON log_rollup (minute_ms);",
+    // Virtual keys may expire; NULL is never.
+    "ALTER TABLE virtual_keys ADD COLUMN expires_ms INTEGER;",
+    // The state of responses served on `/v1/responses`, for `previous_response_id`.
+    // Keyed by scope too: an id a provider made could repeat, but never reach another key's.
+    // `IF NOT EXISTS`: a test may rewind `user_version` over a schema that already has them.
+    "CREATE TABLE IF NOT EXISTS response_state (
+         scope TEXT NOT NULL,
+         id TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         input TEXT NOT NULL,
+         response TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
+     );
+     -- Each stored response's output items by id, for the `item_reference`s of a later turn.
+     CREATE TABLE IF NOT EXISTS response_items (
+         scope TEXT NOT NULL,
+         id TEXT NOT NULL,
+         response_id TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         item TEXT NOT NULL,
+         PRIMARY KEY (scope, id)
+     );
+     CREATE INDEX IF NOT EXISTS response_items_time ON response_items (created_ms);
+     CREATE INDEX IF NOT EXISTS response_state_time ON response_state (created_ms);",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.
@@ -213,8 +238,9 @@ impl SqliteStore {
             let tx = connection.transaction()?;
             tx.execute(
                 "INSERT INTO virtual_keys (id, hash, prefix, user, role, permissions, models,
-                     requests_per_minute, tokens_per_minute, max_concurrent, created_ms, revoked_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                     requests_per_minute, tokens_per_minute, max_concurrent, created_ms, revoked_ms,
+                     expires_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
                 params![
                     key.id,
                     key.hash,
@@ -228,6 +254,7 @@ impl SqliteStore {
                     key.limits.max_concurrent.map(|v| v as i64),
                     key.created_ms,
                     key.revoked_ms,
+                    key.expires_ms,
                 ],
             )?;
             bump_generation(&tx)?;
@@ -241,7 +268,7 @@ impl SqliteStore {
         self.with(|connection| {
             let mut statement = connection.prepare(
                 "SELECT id, hash, prefix, user, role, permissions, models, requests_per_minute,
-                        tokens_per_minute, max_concurrent, created_ms, revoked_ms
+                        tokens_per_minute, max_concurrent, created_ms, revoked_ms, expires_ms
                  FROM virtual_keys ORDER BY created_ms, id",
             )?;
             let rows = statement.query_map([], |row| {
@@ -263,6 +290,7 @@ impl SqliteStore {
                     },
                     created_ms: row.get(10)?,
                     revoked_ms: row.get(11)?,
+                    expires_ms: row.get(12)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -282,6 +310,34 @@ impl SqliteStore {
                 "UPDATE virtual_keys SET revoked_ms = ?1 WHERE {column} = ?2 AND revoked_ms IS NULL"
             );
             let changed = tx.execute(&sql, params![now_ms(), value])?;
+            if changed > 0 {
+                bump_generation(&tx)?;
+            }
+            tx.commit()?;
+            Ok(changed > 0)
+        })
+        .await
+    }
+
+    pub async fn update_virtual_key(&self, key: VirtualKey) -> Result<bool, StoreError> {
+        self.with(move |connection| {
+            let tx = connection.transaction()?;
+            let changed = tx.execute(
+                "UPDATE virtual_keys SET role = ?2, permissions = ?3, models = ?4,
+                     requests_per_minute = ?5, tokens_per_minute = ?6, max_concurrent = ?7,
+                     expires_ms = ?8
+                 WHERE id = ?1 AND revoked_ms IS NULL",
+                params![
+                    key.id,
+                    key.role,
+                    key.permissions.join(","),
+                    key.models.as_ref().map(|m| m.join(",")),
+                    key.limits.requests_per_minute.map(|v| v as i64),
+                    key.limits.tokens_per_minute.map(|v| v as i64),
+                    key.limits.max_concurrent.map(|v| v as i64),
+                    key.expires_ms,
+                ],
+            )?;
             if changed > 0 {
                 bump_generation(&tx)?;
             }
@@ -366,6 +422,7 @@ mod tests {
             },
             created_ms: 1,
             revoked_ms: None,
+            expires_ms: None,
         }
     }
 
@@ -384,6 +441,27 @@ mod tests {
         );
         assert!(store.generation().await.unwrap() > before);
         assert!(store.virtual_keys().await.unwrap()[0].revoked_ms.is_some());
+    }
+
+    #[tokio::test]
+    async fn keys_stored_before_expiry_existed_never_expire() {
+        let connection = Connection::open_in_memory().unwrap();
+        // The schema as released before the expiry migration, with a key in it.
+        for migration in &MIGRATIONS[..4] {
+            connection.execute_batch(migration).unwrap();
+        }
+        connection.pragma_update(None, "user_version", 4).unwrap();
+        connection
+            .execute(
+                "INSERT INTO virtual_keys (id, hash, prefix, user, role, permissions, created_ms)
+                 VALUES ('old', 'h', 'sy-old', 'ana', 'ae', '', 1)",
+                [],
+            )
+            .unwrap();
+        let store = SqliteStore::migrated(connection).await.unwrap();
+        let keys = store.virtual_keys().await.unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].expires_ms, None);
     }
 
     #[tokio::test]

@@ -15,8 +15,10 @@ use prometheus_client::registry::Registry;
 use super::RequestRecord;
 
 mod labels;
+mod reload;
 
 pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
+pub use reload::{ConfigStamp, ReloadMetrics};
 
 /// `switchyard_requests_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,8 +56,11 @@ fn latency_histogram() -> Histogram {
 /// Every metric the gateway exports.
 pub struct Metrics {
     registry: Registry,
-    /// The names labels may carry; anything else is counted as `other`.
-    names: LabelNames,
+    /// The names labels may carry; anything else is counted as `other`. A config reload
+    /// swaps them, so a route it adds gets series of its own.
+    names: arc_swap::ArcSwap<LabelNames>,
+    /// Config reloads, and which config is loaded.
+    pub reload: ReloadMetrics,
     pub requests: Family<RouteOutcome, Counter>,
     pub attempts: Family<AttemptLabels, Counter>,
     pub duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
@@ -87,6 +92,9 @@ pub struct Metrics {
     pub log_rows_replayed: Counter,
     /// Bytes in the spill journal now.
     pub log_spill_bytes: Gauge,
+    /// 1 while breakers are shared through the cluster's Redis, 0 while they are local (no
+    /// cluster configured, or its Redis unreachable).
+    pub breakers_shared: Gauge,
 }
 
 impl Default for Metrics {
@@ -101,7 +109,8 @@ impl Metrics {
     pub fn new(names: LabelNames) -> Metrics {
         let mut registry = Registry::default();
         let metrics = Metrics {
-            names,
+            names: arc_swap::ArcSwap::from_pointee(names),
+            reload: ReloadMetrics::default(),
             requests: Family::default(),
             attempts: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
@@ -121,6 +130,7 @@ impl Metrics {
             log_rows_spilled: Counter::default(),
             log_rows_replayed: Counter::default(),
             log_spill_bytes: Gauge::default(),
+            breakers_shared: Gauge::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -218,15 +228,26 @@ impl Metrics {
             "Bytes in the request log's spill journal",
             metrics.log_spill_bytes.clone(),
         );
+        metrics.reload.register(&mut registry);
+        registry.register(
+            "switchyard_breakers_shared",
+            "1 while breakers are shared through the cluster's Redis, 0 while they are local",
+            metrics.breakers_shared.clone(),
+        );
         Metrics {
             registry,
             ..metrics
         }
     }
 
+    /// Limits labels to a reloaded config's names.
+    pub fn set_names(&self, names: LabelNames) {
+        self.names.store(std::sync::Arc::new(names));
+    }
+
     /// Counts one finished request.
     pub fn observe(&self, record: &RequestRecord) {
-        let names = &self.names;
+        let names = self.names.load();
         let route = names.route(record.route.as_ref().map(|r| r.as_str()));
         self.requests
             .get_or_create(&RouteOutcome {
@@ -285,9 +306,10 @@ impl Metrics {
     }
 
     fn deployment(&self, provider: &str, model: &str) -> ProviderModel {
+        let names = self.names.load();
         ProviderModel {
-            provider: self.names.provider(provider),
-            model: self.names.model(provider, model),
+            provider: names.provider(provider),
+            model: names.model(provider, model),
         }
     }
 

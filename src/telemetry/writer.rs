@@ -358,6 +358,12 @@ impl Writer {
             Ok(purged) => tracing::info!(purged, "request log rows past retention purged"),
             Err(error) => tracing::warn!(%error, "request log purge failed"),
         }
+        // Stored responses live as long as the log rows of the requests that made them.
+        match self.store.purge_responses(before).await {
+            Ok(0) => {}
+            Ok(purged) => tracing::info!(purged, "stored responses past retention purged"),
+            Err(error) => tracing::warn!(%error, "stored responses purge failed"),
+        }
     }
 }
 

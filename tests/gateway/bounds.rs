@@ -3,4 +3,4 @@
 
 mod bodies;
 mod connections;
-mod spawned;
+pub mod spawned;

@@ -29,6 +29,39 @@ pub struct Spawned {
 impl Spawned {
     /// Starts the binary on an ephemeral port and waits for its word that it listens.
     pub fn start(config_text: &str, log_level: &str) -> Spawned {
+        let mut started = Spawned::start_all(&[config_text], log_level, &[]);
+        started.remove(0)
+    }
+
+    /// Starts one process per config at the same moment, with `env` set for each, then
+    /// waits for each one's word that it listens.
+    pub fn start_all(configs: &[&str], log_level: &str, env: &[(&str, &str)]) -> Vec<Spawned> {
+        let launched: Vec<_> = configs
+            .iter()
+            .map(|config_text| Spawned::launch(config_text, log_level, env))
+            .collect();
+        launched
+            .into_iter()
+            .map(|(mut spawned, hear)| {
+                let addr = hear
+                    .recv_timeout(Duration::from_secs(30))
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "the gateway says where it listens; it said:\n{}",
+                            spawned.stderr.lock().unwrap()
+                        )
+                    });
+                spawned.url = format!("http://{addr}");
+                spawned
+            })
+            .collect()
+    }
+
+    fn launch(
+        config_text: &str,
+        log_level: &str,
+        env: &[(&str, &str)],
+    ) -> (Spawned, std::sync::mpsc::Receiver<String>) {
         let config =
             std::env::temp_dir().join(format!("switchyard-test-{}.toml", uuid::Uuid::now_v7()));
         let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{config_text}");
@@ -38,6 +71,7 @@ impl Spawned {
             .arg(&config)
             .env("SWITCHYARD_LOG", log_level)
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -58,15 +92,13 @@ impl Spawned {
                 seen.push('\n');
             }
         });
-        let addr = hear
-            .recv_timeout(Duration::from_secs(30))
-            .expect("the gateway says where it listens");
-        Spawned {
+        let spawned = Spawned {
             child,
-            url: format!("http://{addr}"),
+            url: String::new(),
             config,
             stderr: seen,
-        }
+        };
+        (spawned, hear)
     }
 
     /// Resolves once `/readyz` answers 200: the store is open and the gateway serves.

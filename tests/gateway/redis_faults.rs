@@ -20,11 +20,12 @@ use proxy::Proxy;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// A gateway whose anonymous callers have role `ae`, limited by `role`, counted in Redis.
+/// Its breakers stay local: these tests watch the limiter's own traffic to Redis.
 fn config(fake: &FakeHandle, url: &str, fail: &str, role: &str, extra: &str) -> String {
     format!(
         "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
          [limits]\nbackend = \"redis\"\nredis_url = \"{url}\"\non_backend_error = \"{fail}\"\n\
-         key_prefix = \"switchyard-test-{}\"\n{extra}\
+         key_prefix = \"switchyard-test-{}\"\n{extra}[cluster]\nshared_breakers = false\n\
          [[roles]]\nname = \"ae\"\n{role}\n{}{}",
         uuid::Uuid::now_v7(),
         provider("up", fake),

@@ -3,7 +3,7 @@
 //! `scripts/test` sets `SWITCHYARD_REQUIRE_SERVICES=1`, so in CI a missing service fails the
 //! test; a plain `cargo test` elsewhere prints which tests it skipped and why.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,7 +17,8 @@ fn skip(test: &str, why: &str) {
         !required(),
         "{test}: {why}, and SWITCHYARD_REQUIRE_SERVICES=1 forbids skipping"
     );
-    eprintln!("SKIPPED {test}: {why}");
+    // Straight to stderr, past the test harness's capture: a plain `cargo test` shows it.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// Whether the shared Redis answers at 127.0.0.1:6379; says so when it does not.
@@ -118,4 +119,140 @@ pub fn chromium(test: &str) -> Option<String> {
         return None;
     }
     Some("chromium".into())
+}
+
+/// A PostgreSQL server of the test's own, on a free port, in a data directory it removes:
+/// for the tests that stop the store, never the shared one. Built with `initdb` and
+/// `pg_ctl` from the PATH or the Debian packages' directory; as root, they run as the
+/// `postgres` user, since PostgreSQL refuses to run as root.
+pub struct PgServer {
+    pub port: u16,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+}
+
+impl PgServer {
+    /// Initialises and starts one, or returns `None` (having said why) without `initdb`.
+    pub fn start(test: &str) -> Option<PgServer> {
+        let Some(bin) = pg_bin_dir() else {
+            skip(test, "initdb is not installed (apt-get install postgresql)");
+            return None;
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("switchyard-pg-{}", uuid::Uuid::now_v7()));
+        std::fs::create_dir_all(&dir).unwrap();
+        if as_root() {
+            assert!(
+                Command::new("chown")
+                    .args(["postgres:postgres"])
+                    .arg(&dir)
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        let server = PgServer { port, dir, bin };
+        let data = server.dir.join("data");
+        let init = server
+            .command("initdb")
+            .args(["--auth=trust", "--username=postgres", "--no-sync", "-D"])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            init.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        server.restart();
+        Some(server)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let program = self.bin.join(program);
+        if as_root() {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            Command::new(program)
+        }
+    }
+
+    /// The server's URL, without a database.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+
+    /// Stops it (fast shutdown: open connections are cut) and waits until it is down.
+    pub fn stop(&self) {
+        let stopped = self
+            .command("pg_ctl")
+            .args(["-m", "fast", "-w", "stop", "-D"])
+            .arg(self.dir.join("data"))
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(stopped.success(), "pg_ctl stop");
+    }
+
+    /// Starts it (again) on its port and waits until it accepts connections.
+    pub fn restart(&self) {
+        let options = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -k {} -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let started = self
+            .command("pg_ctl")
+            .args(["-w", "-o", &options, "-l"])
+            .arg(self.dir.join("log"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("start")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(started.success(), "pg_ctl start");
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args(["-m", "immediate", "-w", "stop", "-D"])
+            .arg(self.dir.join("data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Where `initdb` and `pg_ctl` are: the PATH, else the newest Debian PostgreSQL.
+fn pg_bin_dir() -> Option<std::path::PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>());
+    let mut debian: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path().join("bin"))
+        .collect();
+    debian.sort();
+    on_path
+        .chain(debian.into_iter().rev())
+        .find(|dir| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file())
 }

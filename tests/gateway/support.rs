@@ -34,6 +34,12 @@ pub const FAST_RETRY: &str = "[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"
 /// Parses test config text. Unless the text says otherwise, auth is optional and the store
 /// lives in memory, so tests never share state.
 pub fn test_config(config: &str) -> Config {
+    let text = test_config_text(config);
+    Config::parse(&text).unwrap_or_else(|e| panic!("bad test config: {e}\n{text}"))
+}
+
+/// [`test_config`]'s text, for a test that writes it to a file.
+pub fn test_config_text(config: &str) -> String {
     let mut text = String::new();
     if !config.contains("[auth]") {
         text.push_str("[auth]\nrequired = false\n");
@@ -42,7 +48,7 @@ pub fn test_config(config: &str) -> Config {
         text.push_str("[store]\nurl = \"sqlite::memory:\"\n");
     }
     text.push_str(config);
-    Config::parse(&text).unwrap_or_else(|e| panic!("bad test config: {e}\n{text}"))
+    text
 }
 
 /// Starts a gateway from config text, with [`test_config`]'s defaults.
@@ -240,4 +246,22 @@ pub async fn metrics_text(base: &str, token: &str) -> String {
         .text()
         .await
         .expect("a text body")
+}
+
+/// Calls the admin API of `gateway` with `token` (none: no `Authorization` header).
+pub async fn admin_request(
+    gateway: &Gateway,
+    token: Option<&str>,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<&Value>,
+) -> reqwest::Response {
+    let mut request = client().request(method, format!("{}{path}", gateway.admin_url()));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(body);
+    }
+    request.send().await.expect("gateway answers")
 }

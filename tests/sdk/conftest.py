@@ -1,8 +1,10 @@
 """Starts scripted fake providers and a gateway in front of them, as real processes.
 
-Two OpenAI-shaped fakes back the `smart` route; one fake per provider kind (openai,
-anthropic, gemini, azure) backs a one-step route `via-KIND`; `cross` is an Anthropic
-primary before an OpenAI secondary. Each test scripts the fakes over HTTP
+Two OpenAI-shaped fakes back the `smart` route (the first also speaks the Responses API;
+`smart-claude` has it before the Anthropic-shaped fake); one fake per provider kind (openai,
+anthropic, gemini, azure) backs a one-step route `via-KIND`; `limited` is a deployment of
+its own on the anthropic fake, for rate limits that must not bench `via-anthropic`; `cross`
+is an Anthropic primary before an OpenAI secondary. Each test scripts the fakes over HTTP
 (PUT /_fake/script) before it sends its requests.
 """
 
@@ -106,6 +108,8 @@ name = "primary"
 kind = "openai"
 base_url = "{primary}"
 key_required = false
+# It speaks the Responses API too (as OpenAI's own base URL would by default).
+responses = true
 
 [[providers]]
 name = "secondary"
@@ -162,6 +166,24 @@ steps = [{{ provider = "gemini", model = "gemini-2.5-flash" }}]
 [[routes]]
 name = "via-azure"
 steps = [{{ provider = "azure", model = "gpt-4o-deployment" }}]
+
+[[providers]]
+name = "limited"
+kind = "anthropic"
+base_url = "{anthropic}"
+key_required = false
+
+[[routes]]
+name = "limited"
+steps = [{{ provider = "limited", model = "claude-sonnet-4-5" }}]
+
+# The Responses API passed through to primary, with an Anthropic fallback.
+[[routes]]
+name = "smart-claude"
+steps = [
+  {{ provider = "primary", model = "big" }},
+  {{ provider = "anthropic", model = "claude-sonnet-4-5" }},
+]
 
 [[routes]]
 name = "cross"

@@ -6,12 +6,18 @@
 //! - `image_url` parts → `image` blocks: `data:` URLs as base64 sources, http(s) as url sources.
 //! - `max_completion_tokens` / `max_tokens` → `max_tokens` (the provider's default when unset);
 //!   `stop` → `stop_sequences`; `temperature` (clamped to Anthropic's 0–1) and `top_p` as they
-//!   are; `user` → `metadata.user_id`; `tools`, `tool_choice`, `parallel_tool_calls`.
-//! - Dropped: `frequency_penalty`, `presence_penalty`, `seed`, `logit_bias`, `store`,
-//!   `metadata`, `service_tier`, `stream_options`, `prediction`, `reasoning_effort`, message
-//!   `name`s, and any field Anthropic has no counterpart for.
-//! - Rejected with a 400: `n` > 1, `logprobs`, `top_logprobs`, audio, JSON `response_format`s,
-//!   legacy `functions` / `function_call`, non-function tools, audio and file parts.
+//!   are; `user` (or else `safety_identifier`) → `metadata.user_id`; `tools`, `tool_choice`,
+//!   `parallel_tool_calls`.
+//! - Dropped, by design (hints with no counterpart, whose absence changes no answer's shape):
+//!   `frequency_penalty`, `presence_penalty`, `seed`, `logit_bias`, `store`, `metadata`,
+//!   `service_tier`, `stream_options`, `prediction`, `reasoning_effort`, `verbosity`,
+//!   `prompt_cache_key`, `prompt_cache_retention`, message `name`s.
+//! - `response_format` `json_schema` → `output_config.format` `json_schema` (Anthropic's
+//!   structured outputs); `text` is the default and needs nothing.
+//! - Rejected with a 400: `n` > 1, `logprobs`, `top_logprobs`, audio, `response_format`
+//!   `json_object` (Anthropic constrains output only to a schema), legacy `functions` /
+//!   `function_call`, non-function tools, audio and file parts, and every other top-level
+//!   field by name (`web_search_options`, and fields added later).
 
 use serde_json::{Map, Value, json};
 
@@ -53,17 +59,97 @@ pub fn from_openai(
     if let Some(top_p) = request.get("top_p").filter(|v| v.is_number()) {
         out.insert("top_p".into(), top_p.clone());
     }
-    if let Some(user) = request.get("user").and_then(Value::as_str) {
+    let user = request
+        .get("user")
+        .or_else(|| request.get("safety_identifier"));
+    if let Some(user) = user.and_then(Value::as_str) {
         out.insert("metadata".into(), json!({"user_id": user}));
     }
     tools(request, &mut out)?;
+    if let Some(schema) = json_schema(request)? {
+        out.insert(
+            "output_config".into(),
+            json!({"format": {"type": "json_schema", "schema": schema}}),
+        );
+    }
     if stream {
         out.insert("stream".into(), json!(true));
     }
     Ok(out)
 }
 
+/// The schema of a `response_format` of type `json_schema`, when the request has one.
+fn json_schema(request: &Map<String, Value>) -> Result<Option<Value>, Rejection> {
+    let Some(format) = request.get("response_format") else {
+        return Ok(None);
+    };
+    if format.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Ok(None);
+    }
+    match format.pointer("/json_schema/schema") {
+        Some(schema) if schema.is_object() => Ok(Some(schema.clone())),
+        _ => Err(Rejection::new(
+            "response_format.json_schema.schema",
+            "a `json_schema` response format needs its schema (an object)",
+        )),
+    }
+}
+
+/// The top-level fields of an OpenAI chat request that this translation (and Gemini's)
+/// carries, checks, or drops by design; any other is refused by name.
+pub(crate) const KNOWN: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "stop",
+    "temperature",
+    "top_p",
+    "user",
+    "safety_identifier",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "stream",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "audio",
+    "modalities",
+    "functions",
+    "function_call",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "logit_bias",
+    "store",
+    "metadata",
+    "service_tier",
+    "stream_options",
+    "prediction",
+    "reasoning_effort",
+    "verbosity",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+];
+
+/// A top-level field outside [`KNOWN`], refused by name for `provider`'s API.
+pub(crate) fn refuse_unknown(
+    request: &Map<String, Value>,
+    provider: &str,
+) -> Result<(), Rejection> {
+    match request.keys().find(|f| !KNOWN.contains(&f.as_str())) {
+        Some(field) => Err(Rejection::new(
+            field,
+            format!("`{field}` has no counterpart in {provider}'s API, which serves this step"),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
+    refuse_unknown(request, "Anthropic")?;
     if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
         return Err(Rejection::new(
             "n",
@@ -91,11 +177,13 @@ fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> 
         .get("response_format")
         .and_then(|f| f.get("type"))
         .and_then(Value::as_str)
-        .filter(|t| *t != "text")
+        .filter(|t| !matches!(*t, "text" | "json_schema"))
     {
         return Err(Rejection::new(
             "response_format",
-            format!("`response_format` {format} cannot be sent to an Anthropic model"),
+            format!(
+                "`response_format` {format} cannot be sent to an Anthropic model: use `json_schema` with a schema"
+            ),
         ));
     }
     for legacy in ["functions", "function_call"] {
@@ -324,6 +412,10 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
             .cloned()
             .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
         declaration.insert("input_schema".into(), schema);
+        // Strict tool use: Anthropic's structured outputs for tool inputs.
+        if let Some(strict) = function.get("strict").filter(|s| s.is_boolean()) {
+            declaration.insert("strict".into(), strict.clone());
+        }
         declared.push(Value::Object(declaration));
     }
     if declared.is_empty() {
@@ -350,138 +442,4 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn encode(request: Value) -> Result<Value, Rejection> {
-        from_openai(
-            request.as_object().unwrap(),
-            "claude-sonnet-4-5",
-            1024,
-            false,
-        )
-        .map(Value::Object)
-    }
-
-    /// OpenAI's documented function-calling round trip, as Anthropic's tool-use guide writes
-    /// the same conversation.
-    #[test]
-    fn golden_tool_round_trip_with_system_prompt() {
-        let request = json!({
-            "model": "smart",
-            "messages": [
-                {"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": "What's the weather like in Boston today?"},
-                {"role": "assistant", "content": null, "tool_calls": [{
-                    "id": "call_abc123", "type": "function",
-                    "function": {"name": "get_current_weather", "arguments": "{\"location\":\"Boston, MA\"}"}
-                }]},
-                {"role": "tool", "tool_call_id": "call_abc123", "content": "72F and sunny"}
-            ],
-            "tools": [{"type": "function", "function": {
-                "name": "get_current_weather",
-                "description": "Get the current weather in a given location",
-                "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
-            }}],
-            "tool_choice": "auto",
-            "temperature": 1.5,
-            "top_p": 0.9,
-            "stop": "END",
-            "max_completion_tokens": 200,
-            "user": "user-1",
-            "frequency_penalty": 0.5,
-            "seed": 7
-        });
-        assert_eq!(
-            encode(request).unwrap(),
-            json!({
-                "model": "claude-sonnet-4-5",
-                "system": "You are a helpful assistant.",
-                "messages": [
-                    {"role": "user", "content": [{"type": "text", "text": "What's the weather like in Boston today?"}]},
-                    {"role": "assistant", "content": [{
-                        "type": "tool_use", "id": "call_abc123", "name": "get_current_weather",
-                        "input": {"location": "Boston, MA"}
-                    }]},
-                    {"role": "user", "content": [{
-                        "type": "tool_result", "tool_use_id": "call_abc123", "content": "72F and sunny"
-                    }]}
-                ],
-                "max_tokens": 200,
-                "stop_sequences": ["END"],
-                "temperature": 1.0,
-                "top_p": 0.9,
-                "metadata": {"user_id": "user-1"},
-                "tools": [{
-                    "name": "get_current_weather",
-                    "description": "Get the current weather in a given location",
-                    "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
-                }],
-                "tool_choice": {"type": "auto"}
-            })
-        );
-    }
-
-    #[test]
-    fn golden_images_base64_and_url() {
-        let request = json!({"model": "m", "messages": [{"role": "user", "content": [
-            {"type": "text", "text": "What is in these images?"},
-            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ", "detail": "high"}},
-            {"type": "image_url", "image_url": {"url": "https://upload.wikimedia.org/a.jpg"}}
-        ]}]});
-        assert_eq!(
-            encode(request).unwrap()["messages"][0]["content"],
-            json!([
-                {"type": "text", "text": "What is in these images?"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
-                {"type": "image", "source": {"type": "url", "url": "https://upload.wikimedia.org/a.jpg"}}
-            ])
-        );
-    }
-
-    #[test]
-    fn max_tokens_defaults_and_parallel_tool_calls_map() {
-        let request = json!({
-            "model": "m", "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"type": "function", "function": {"name": "f"}}],
-            "tool_choice": {"type": "function", "function": {"name": "f"}},
-            "parallel_tool_calls": false
-        });
-        let sent = encode(request).unwrap();
-        assert_eq!(sent["max_tokens"], 1024);
-        assert_eq!(
-            sent["tool_choice"],
-            json!({"type": "tool", "name": "f", "disable_parallel_tool_use": true})
-        );
-        assert_eq!(
-            sent["tools"][0]["input_schema"],
-            json!({"type": "object", "properties": {}})
-        );
-    }
-
-    #[test]
-    fn untranslatable_fields_are_rejected_by_name() {
-        let base = |extra: Value| {
-            let mut request =
-                json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
-            for (k, v) in extra.as_object().unwrap() {
-                request[k] = v.clone();
-            }
-            encode(request).unwrap_err().param
-        };
-        assert_eq!(base(json!({"n": 2})), Some("n".into()));
-        assert_eq!(base(json!({"logprobs": true})), Some("logprobs".into()));
-        assert_eq!(
-            base(json!({"response_format": {"type": "json_object"}})),
-            Some("response_format".into())
-        );
-        assert_eq!(
-            base(json!({"tools": [{"type": "web_search"}]})),
-            Some("tools[0].type".into())
-        );
-        assert_eq!(
-            base(json!({"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]})),
-            Some("messages[0].content[0].type".into())
-        );
-    }
-}
+mod tests;

@@ -7,12 +7,21 @@
 //!   URLs), `tool_result` blocks → `tool` messages placed before the turn's other content.
 //! - Assistant turns: text → `content`, `tool_use` → `tool_calls` (input serialized).
 //! - `max_tokens`, `temperature`, `top_p`, `stream` as they are; `stop_sequences` → `stop`;
-//!   `metadata.user_id` → `user`; `tools` → function tools; `tool_choice` (`auto`, `any`,
-//!   `tool`, `none`) and `disable_parallel_tool_use` → `tool_choice`, `parallel_tool_calls`.
-//! - Dropped: `top_k`, `thinking`, `service_tier`, thinking blocks, `cache_control`,
-//!   `is_error` on tool results, and fields OpenAI has no counterpart for.
-//! - Rejected with a 400: server tools (a `type` other than `custom`), `document` and other
-//!   non-text, non-image blocks, images inside tool results, `mcp_servers`, `container`.
+//!   `metadata.user_id` → `user`; `tools` → function tools (`strict` kept); `tool_choice`
+//!   (`auto`, `any`, `tool`, `none`) and `disable_parallel_tool_use` → `tool_choice`,
+//!   `parallel_tool_calls`.
+//! - Structured output: `output_config.format` (and the older beta `output_format`) of type
+//!   `json_schema` → `response_format` `json_schema` (strict, as Anthropic's always is);
+//!   `output_config.effort` → `reasoning_effort`.
+//! - Dropped, by design: `top_k` and `service_tier` (sampling and billing hints OpenAI has no
+//!   counterpart for), `thinking` and thinking blocks (the model's own scratchpad: another
+//!   model must not read it as text), `cache_control` (OpenAI caches prompts by itself), and
+//!   `is_error` on tool results.
+//! - Rejected with a 400 naming the field: every other top-level field (`mcp_servers`,
+//!   `container`, `context_management`, and any field added later), server tools (a `type`
+//!   other than `custom`) and tool fields without a counterpart, `document` and other
+//!   non-text, non-image blocks, images inside tool results, and assistant blocks other than
+//!   text, tool use and thinking.
 
 use serde_json::{Map, Value, json};
 
@@ -20,13 +29,13 @@ use crate::providers::Rejection;
 
 /// Writes an Anthropic request as an OpenAI chat request (its `model` is set later).
 pub fn to_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
-    for field in ["mcp_servers", "container"] {
-        if request.contains_key(field) {
-            return Err(Rejection::new(
-                field,
-                format!("`{field}` is served by Anthropic only; this step is another provider"),
-            ));
-        }
+    if let Some(field) = request.keys().find(|f| !CARRIED.contains(&f.as_str())) {
+        return Err(Rejection::new(
+            field,
+            format!(
+                "`{field}` is served by Anthropic only, and this route's step is another provider"
+            ),
+        ));
     }
     let mut out = Map::new();
     out.insert(
@@ -80,7 +89,79 @@ pub fn to_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rej
         out.insert("user".into(), json!(user));
     }
     tools(request, &mut out)?;
+    output(request, &mut out)?;
     Ok(out)
+}
+
+/// The top-level fields this translation carries, or drops by design (see the module doc).
+const CARRIED: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stream",
+    "stop_sequences",
+    "metadata",
+    "tools",
+    "tool_choice",
+    "output_config",
+    "output_format",
+    "top_k",
+    "service_tier",
+    "thinking",
+];
+
+/// `output_config` and the older `output_format`: a JSON schema the answer must follow, and
+/// how much effort the model spends.
+fn output(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), Rejection> {
+    let mut format = request.get("output_format").map(|f| (f, "output_format"));
+    if let Some(config) = request.get("output_config") {
+        let Some(config) = config.as_object() else {
+            return Err(Rejection::new("output_config", "must be an object"));
+        };
+        for (key, value) in config {
+            match key.as_str() {
+                "format" => format = Some((value, "output_config.format")),
+                "effort" => {
+                    // OpenAI's highest effort is `xhigh`; Anthropic's `max` goes above it.
+                    let effort = match value.as_str() {
+                        Some("max") => json!("xhigh"),
+                        _ => value.clone(),
+                    };
+                    if !effort.is_null() {
+                        out.insert("reasoning_effort".into(), effort);
+                    }
+                }
+                other => {
+                    return Err(Rejection::new(
+                        &format!("output_config.{other}"),
+                        "has no counterpart at this route's step, which is another provider",
+                    ));
+                }
+            }
+        }
+    }
+    let Some((format, field)) = format.filter(|(f, _)| !f.is_null()) else {
+        return Ok(());
+    };
+    match (
+        format.get("type").and_then(Value::as_str),
+        format.get("schema"),
+    ) {
+        (Some("json_schema"), Some(schema)) => {
+            out.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": true}}),
+            );
+            Ok(())
+        }
+        _ => Err(Rejection::new(
+            &format!("{field}.type"),
+            "only a `json_schema` format with a `schema` can be sent to this route's step",
+        )),
+    }
 }
 
 /// The blocks of a turn's `content`: a string is one text block.
@@ -192,8 +273,17 @@ fn assistant_turn(turn: &Value, i: usize) -> Result<Value, Rejection> {
                     "arguments": block.get("input").unwrap_or(&json!({})).to_string(),
                 },
             })),
-            // Thinking is the model's own scratchpad; other models cannot read it.
-            _ => {}
+            // Thinking is the model's own scratchpad: another model must not read it as text.
+            Some("thinking" | "redacted_thinking") => {}
+            other => {
+                return Err(Rejection::new(
+                    &format!("messages.{i}.content.type"),
+                    format!(
+                        "`{}` blocks can only be sent to an Anthropic model",
+                        other.unwrap_or("?")
+                    ),
+                ));
+            }
         }
     }
     let mut message = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
@@ -219,6 +309,23 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
                 format!("the server tool `{kind}` can only be used with an Anthropic model"),
             ));
         }
+        let known = [
+            "type",
+            "name",
+            "description",
+            "input_schema",
+            "strict",
+            "cache_control",
+        ];
+        if let Some(key) = tool
+            .as_object()
+            .and_then(|t| t.keys().find(|k| !known.contains(&k.as_str())))
+        {
+            return Err(Rejection::new(
+                &format!("tools.{i}.{key}"),
+                "has no counterpart at this route's step, which is another provider",
+            ));
+        }
         let mut function = Map::new();
         function.insert(
             "name".into(),
@@ -233,6 +340,10 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
                 .cloned()
                 .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
         );
+        // Strict tool use: OpenAI's structured outputs for function arguments.
+        if let Some(strict) = tool.get("strict").filter(|s| s.is_boolean()) {
+            function.insert("strict".into(), strict.clone());
+        }
         functions.push(json!({"type": "function", "function": function}));
     }
     if functions.is_empty() {
@@ -257,106 +368,4 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn translate(request: Value) -> Result<Value, Rejection> {
-        to_openai(request.as_object().unwrap()).map(Value::Object)
-    }
-
-    /// Anthropic's documented tool-use conversation (a tool result with an image-free answer),
-    /// as the OpenAI request that carries the same turns.
-    #[test]
-    fn golden_tool_conversation() {
-        let request = json!({
-            "model": "smart",
-            "max_tokens": 1024,
-            "system": [{"type": "text", "text": "You are a weather bot.", "cache_control": {"type": "ephemeral"}}],
-            "tools": [{
-                "name": "get_weather",
-                "description": "Get the current weather in a given location",
-                "input_schema": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
-            }],
-            "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
-            "messages": [
-                {"role": "user", "content": "What is the weather like in San Francisco?"},
-                {"role": "assistant", "content": [
-                    {"type": "thinking", "thinking": "…", "signature": "x"},
-                    {"type": "text", "text": "I'll check."},
-                    {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather", "input": {"location": "San Francisco, CA"}}
-                ]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "toolu_01A09q90qw90lq917835lq9", "content": [{"type": "text", "text": "15 degrees"}]},
-                    {"type": "text", "text": "Thanks!"}
-                ]}
-            ],
-            "stop_sequences": ["###"],
-            "temperature": 0.5,
-            "top_k": 5,
-            "metadata": {"user_id": "u-9"},
-            "stream": true
-        });
-        assert_eq!(
-            translate(request).unwrap(),
-            json!({
-                "model": "smart",
-                "messages": [
-                    {"role": "system", "content": "You are a weather bot."},
-                    {"role": "user", "content": "What is the weather like in San Francisco?"},
-                    {"role": "assistant", "content": "I'll check.", "tool_calls": [{
-                        "id": "toolu_01A09q90qw90lq917835lq9", "type": "function",
-                        "function": {"name": "get_weather", "arguments": "{\"location\":\"San Francisco, CA\"}"}
-                    }]},
-                    {"role": "tool", "tool_call_id": "toolu_01A09q90qw90lq917835lq9", "content": "15 degrees"},
-                    {"role": "user", "content": "Thanks!"}
-                ],
-                "max_tokens": 1024,
-                "temperature": 0.5,
-                "stream": true,
-                "stop": ["###"],
-                "user": "u-9",
-                "tools": [{"type": "function", "function": {
-                    "name": "get_weather",
-                    "description": "Get the current weather in a given location",
-                    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}
-                }}],
-                "tool_choice": "required",
-                "parallel_tool_calls": false
-            })
-        );
-    }
-
-    #[test]
-    fn golden_images() {
-        let request = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "/9j/4AAQ"}},
-            {"type": "image", "source": {"type": "url", "url": "https://upload.wikimedia.org/a.jpg"}},
-            {"type": "text", "text": "Describe these."}
-        ]}]});
-        assert_eq!(
-            translate(request).unwrap()["messages"][0]["content"],
-            json!([
-                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}},
-                {"type": "image_url", "image_url": {"url": "https://upload.wikimedia.org/a.jpg"}},
-                {"type": "text", "text": "Describe these."}
-            ])
-        );
-    }
-
-    #[test]
-    fn anthropic_only_features_are_rejected_by_name() {
-        let request = json!({"model": "m", "max_tokens": 10, "messages": [],
-            "tools": [{"type": "web_search_20250305", "name": "web_search"}]});
-        assert_eq!(
-            translate(request).unwrap_err().param,
-            Some("tools.0.type".into())
-        );
-        let request = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [
-            {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "x"}}
-        ]}]});
-        assert_eq!(
-            translate(request).unwrap_err().param,
-            Some("messages.0.content.0.type".into())
-        );
-    }
-}
+mod tests;

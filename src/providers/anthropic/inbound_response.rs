@@ -1,8 +1,9 @@
 //! An OpenAI chat completion read as an Anthropic message, for `/v1/messages` clients.
 //!
 //! The first choice's text becomes a `text` block and its `tool_calls` become `tool_use`
-//! blocks (arguments parsed back into `input`); `finish_reason` maps to `stop_reason`, and
-//! `usage` to `input_tokens` / `output_tokens`.
+//! blocks (arguments parsed back into `input`); a `refusal` becomes a text block with the
+//! stop reason `refusal`; `finish_reason` maps to `stop_reason`, and `usage` to Anthropic's
+//! (see [`anthropic_usage`]).
 
 use serde_json::{Value, json};
 
@@ -17,6 +18,13 @@ pub fn from_openai(completion: &Value) -> Option<Value> {
         .filter(|t| !t.is_empty())
     {
         content.push(json!({"type": "text", "text": text}));
+    }
+    let refusal = message
+        .get("refusal")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty());
+    if let Some(refusal) = refusal {
+        content.push(json!({"type": "text", "text": refusal}));
     }
     let calls = message
         .get("tool_calls")
@@ -34,23 +42,35 @@ pub fn from_openai(completion: &Value) -> Option<Value> {
                 .unwrap_or(""),
         ));
     }
-    let usage = completion.get("usage");
-    let count = |field: &str| {
-        usage
-            .and_then(|u| u.get(field))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
+    let stop = match refusal {
+        Some(_) => "refusal",
+        None => stop_reason(choice.get("finish_reason").and_then(Value::as_str)),
     };
+    let usage = completion.get("usage").unwrap_or(&Value::Null);
     Some(json!({
         "id": completion.get("id").cloned().unwrap_or(json!("")),
         "type": "message",
         "role": "assistant",
         "model": completion.get("model").cloned().unwrap_or(json!("")),
         "content": content,
-        "stop_reason": stop_reason(choice.get("finish_reason").and_then(Value::as_str)),
+        "stop_reason": stop,
         "stop_sequence": null,
-        "usage": {"input_tokens": count("prompt_tokens"), "output_tokens": count("completion_tokens")},
+        "usage": anthropic_usage(usage),
     }))
+}
+
+/// OpenAI's `usage` as Anthropic's. OpenAI's `prompt_tokens` include the cached ones, which
+/// Anthropic reports apart: `input_tokens` are the uncached rest, `cache_read_input_tokens`
+/// the `prompt_tokens_details.cached_tokens`. OpenAI reports no cache writes.
+pub fn anthropic_usage(usage: &Value) -> Value {
+    let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+    let cached = count("/prompt_tokens_details/cached_tokens");
+    json!({
+        "input_tokens": count("/prompt_tokens").saturating_sub(cached),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+        "output_tokens": count("/completion_tokens"),
+    })
 }
 
 /// A `tool_use` block; arguments that are not a JSON object still reach the client, wrapped.
@@ -112,7 +132,8 @@ mod tests {
                              "input": {"location": "Boston, MA"}}],
                 "stop_reason": "tool_use",
                 "stop_sequence": null,
-                "usage": {"input_tokens": 82, "output_tokens": 17}
+                "usage": {"input_tokens": 82, "cache_creation_input_tokens": 0,
+                          "cache_read_input_tokens": 0, "output_tokens": 17}
             })
         );
     }
@@ -132,9 +153,31 @@ mod tests {
             json!([{"type": "text", "text": "\n\nHello there, how may I assist you today?"}])
         );
         assert_eq!(message["stop_reason"], "max_tokens");
+        assert_eq!(message["usage"]["input_tokens"], 9);
+        assert_eq!(message["usage"]["output_tokens"], 12);
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_anthropics_cache_reads() {
+        let usage = json!({"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+                           "prompt_tokens_details": {"cached_tokens": 1920}});
         assert_eq!(
-            message["usage"],
-            json!({"input_tokens": 9, "output_tokens": 12})
+            anthropic_usage(&usage),
+            json!({"input_tokens": 86, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 1920, "output_tokens": 300})
         );
+    }
+
+    #[test]
+    fn a_refusal_is_a_text_block_with_the_refusal_stop_reason() {
+        let completion = json!({"id": "c", "model": "m", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": null, "refusal": "I can't help with that."},
+            "finish_reason": "stop"}]});
+        let message = from_openai(&completion).unwrap();
+        assert_eq!(
+            message["content"],
+            json!([{"type": "text", "text": "I can't help with that."}])
+        );
+        assert_eq!(message["stop_reason"], "refusal");
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::inbound_response::stop_reason;
+use super::inbound_response::{anthropic_usage, stop_reason};
 use super::stream_error_event;
 use crate::providers::stream::{ChunkSink, chunk_usage, named_event};
 
@@ -30,8 +30,10 @@ pub struct AnthropicSink {
     /// OpenAI tool-call index → its `tool_use` block's index.
     tools: HashMap<u64, u64>,
     stop_reason: Option<&'static str>,
-    input_tokens: u64,
-    output_tokens: u64,
+    /// The last OpenAI `usage` seen (it comes last, cumulative).
+    usage: Value,
+    /// The model refused: the stop reason says so.
+    refused: bool,
 }
 
 impl AnthropicSink {
@@ -136,9 +138,8 @@ impl ChunkSink for AnthropicSink {
             return;
         }
         self.start(chunk, out);
-        if let Some(usage) = usage {
-            self.input_tokens = usage.prompt_tokens;
-            self.output_tokens = usage.completion_tokens;
+        if usage.is_some() {
+            self.usage = chunk.get("usage").cloned().unwrap_or_default();
         }
         // One choice: the gateway never asks for more (`n` > 1 streams do not translate).
         let Some(choice) = chunk.pointer("/choices/0") else {
@@ -152,13 +153,25 @@ impl ChunkSink for AnthropicSink {
         {
             self.text(text, out);
         }
+        // A refusal streams as text, and the message stops for it.
+        if let Some(refusal) = delta
+            .get("refusal")
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+        {
+            self.refused = true;
+            self.text(refusal, out);
+        }
         if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
             for call in calls {
                 self.tool_call(call, out);
             }
         }
         if let Some(finish) = choice.get("finish_reason").and_then(Value::as_str) {
-            self.stop_reason = Some(stop_reason(Some(finish)));
+            self.stop_reason = Some(match self.refused {
+                true => "refusal",
+                false => stop_reason(Some(finish)),
+            });
             self.close(out);
         }
     }
@@ -169,7 +182,7 @@ impl ChunkSink for AnthropicSink {
         let delta = json!({
             "type": "message_delta",
             "delta": {"stop_reason": self.stop_reason.unwrap_or("end_turn"), "stop_sequence": null},
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            "usage": anthropic_usage(&self.usage),
         });
         out.push(named_event("message_delta", &delta));
         out.push(named_event(
@@ -247,9 +260,29 @@ mod tests {
         assert_eq!(
             data[8],
             json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null},
-                   "usage": {"input_tokens": 20, "output_tokens": 9}})
+                   "usage": {"input_tokens": 20, "cache_creation_input_tokens": 0,
+                             "cache_read_input_tokens": 0, "output_tokens": 9}})
         );
         assert_eq!(data[9], json!({"type": "message_stop"}));
+    }
+
+    #[test]
+    fn streamed_cached_tokens_are_cache_reads() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":2006,"completion_tokens":3,"total_tokens":2009,"prompt_tokens_details":{"cached_tokens":1920}}}"#,
+            "[DONE]",
+        ];
+        let events: Vec<_> = chunks.iter().map(|c| event(None, c)).collect();
+        let mut translator = Translating::new(OpenAiSource::default(), AnthropicSink::default());
+        let (frames, _, _) = run(&mut translator, &events, false);
+        let data = payloads(&frames);
+        let delta = data.iter().find(|d| d["type"] == "message_delta").unwrap();
+        assert_eq!(
+            delta["usage"],
+            json!({"input_tokens": 86, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 1920, "output_tokens": 3})
+        );
     }
 
     #[test]

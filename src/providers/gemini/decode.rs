@@ -115,16 +115,21 @@ fn finish_reason(candidate: Option<&Value>, called: bool) -> Option<&'static str
 }
 
 /// `usageMetadata` as OpenAI's `usage`; thinking tokens count as completion tokens, as
-/// OpenAI counts reasoning tokens.
+/// OpenAI counts reasoning tokens, and context-cache hits are OpenAI's cached tokens.
 pub fn openai_usage(usage: &Value) -> Value {
     let count = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
     let prompt = count("promptTokenCount");
     let completion = count("candidatesTokenCount") + count("thoughtsTokenCount");
-    json!({
+    let mut usage = json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-    })
+    });
+    let cached = count("cachedContentTokenCount");
+    if cached > 0 {
+        usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
+    usage
 }
 
 /// Reads Gemini's stream events as OpenAI chunks.
@@ -285,6 +290,17 @@ mod tests {
     }
 
     #[test]
+    fn context_cache_hits_are_openais_cached_tokens() {
+        let usage = json!({"promptTokenCount": 2006, "cachedContentTokenCount": 1920,
+                           "candidatesTokenCount": 5, "totalTokenCount": 2011});
+        assert_eq!(
+            openai_usage(&usage),
+            json!({"prompt_tokens": 2006, "completion_tokens": 5, "total_tokens": 2011,
+                   "prompt_tokens_details": {"cached_tokens": 1920}})
+        );
+    }
+
+    #[test]
     fn a_blocked_prompt_is_a_content_filter_finish() {
         let response = json!({"promptFeedback": {"blockReason": "SAFETY"}});
         assert_eq!(
@@ -360,7 +376,8 @@ mod tests {
         );
         assert_eq!(
             payloads(&frames)[5]["usage"],
-            json!({"input_tokens": 4, "output_tokens": 5})
+            json!({"input_tokens": 4, "cache_creation_input_tokens": 0,
+                   "cache_read_input_tokens": 0, "output_tokens": 5})
         );
     }
 }

@@ -13,17 +13,21 @@
 //!   → `responseMimeType` and `responseJsonSchema`.
 //! - `tools` → `functionDeclarations` (with `parametersJsonSchema`, which takes JSON Schema as
 //!   OpenAI's tools write it); `tool_choice` → `toolConfig.functionCallingConfig`.
-//! - Dropped: `user`, `logit_bias`, `store`, `metadata`, `service_tier`, `stream_options`,
-//!   `parallel_tool_calls`, message `name`s.
+//! - Dropped: `user`, `safety_identifier`, `logit_bias`, `store`, `metadata`, `service_tier`,
+//!   `stream_options`, `prediction`, `verbosity`, `prompt_cache_key`,
+//!   `prompt_cache_retention`, `parallel_tool_calls`, message `name`s, and `reasoning_effort` (Gemini 2.5 takes a
+//!   `thinkingBudget`, Gemini 3 a `thinkingLevel`, and either one refuses the other, so no
+//!   one translation fits every Gemini model; each thinks by default).
 //! - Rejected with a 400: `n` > 1, `logprobs`, audio, legacy `functions`, non-function tools,
-//!   http(s) image URLs (Gemini reads images inline or from its File API), audio and file parts.
+//!   http(s) image URLs (Gemini reads images inline or from its File API), audio and file parts,
+//!   and every other top-level field by name (`web_search_options`, fields added later).
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
-use crate::providers::anthropic::encode::{split_data_url, text_of};
+use crate::providers::anthropic::encode::{refuse_unknown, split_data_url, text_of};
 
 /// Writes `request` (OpenAI's format) as Gemini's.
 pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
@@ -46,6 +50,7 @@ pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, R
 }
 
 fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
+    refuse_unknown(request, "Gemini")?;
     if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
         return Err(Rejection::new(
             "n",
@@ -417,5 +422,10 @@ mod tests {
         );
         let n = json!({"model": "m", "n": 3, "messages": []});
         assert_eq!(encode(n).unwrap_err().param, Some("n".into()));
+        let search = json!({"model": "m", "web_search_options": {}, "messages": []});
+        assert_eq!(
+            encode(search).unwrap_err().param,
+            Some("web_search_options".into())
+        );
     }
 }

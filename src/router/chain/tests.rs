@@ -46,6 +46,7 @@ impl Attempter for Scripted {
             class,
             action,
             reply: Some(UpstreamReply {
+                upstream_request_id: None,
                 status,
                 content_type: None,
                 body: Bytes::new(),

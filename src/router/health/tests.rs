@@ -111,6 +111,7 @@ impl Attempter for Fleet {
             class,
             action,
             reply: Some(UpstreamReply {
+                upstream_request_id: None,
                 status,
                 content_type: None,
                 body: Bytes::new(),

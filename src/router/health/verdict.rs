@@ -43,8 +43,10 @@ impl PendingVerdict {
             return;
         };
         let mut table = self.health.lock();
-        if let Some(breaker) = table.breakers.get_mut(&self.deferred.id) {
-            breaker.record(Instant::now(), ticket, verdict, self.deferred.caller);
+        let id = &self.deferred.id;
+        if let Some(breaker) = table.breakers.get_mut(id) {
+            let transition = breaker.record(Instant::now(), ticket, verdict, self.deferred.caller);
+            table.announce(id, transition);
         }
     }
 }

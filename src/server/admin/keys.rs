@@ -104,7 +104,8 @@ pub async fn remove(
     ))
 }
 
-async fn reload(state: &AppState) -> Result<(), ApiError> {
+/// Loads the change this gateway just made, so its next request uses it.
+pub(super) async fn reload(state: &AppState) -> Result<(), ApiError> {
     state.reload_now().await.map_err(|e| {
         tracing::error!(error = %e, "cannot reload keys after an admin change");
         ApiError::Internal("the change is stored, but this gateway could not reload it")

@@ -307,10 +307,13 @@ mod tests {
         let store = SqliteStore::open(&path).await.unwrap();
         store.insert_log(vec![row(0, now_ms())]).await.unwrap();
         drop(store);
-        // As an older version left it: no rollup table, rows in the log.
+        // As an older version left it: no rollup table (nor later migrations), rows in the log.
         let connection = rusqlite::Connection::open(&path).unwrap();
         connection
-            .execute_batch("DROP TABLE log_rollup; PRAGMA user_version = 3;")
+            .execute_batch(
+                "DROP TABLE log_rollup; ALTER TABLE virtual_keys DROP COLUMN expires_ms;
+                 PRAGMA user_version = 3;",
+            )
             .unwrap();
         drop(connection);
         let store = SqliteStore::open(&path).await.unwrap();

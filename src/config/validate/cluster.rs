@@ -1,0 +1,98 @@
+//! `[cluster]`: the Redis through which instances share their breakers.
+
+use super::Errors;
+use crate::config::raw::RawCluster;
+use crate::config::{ClusterConfig, LimitBackend, LimitsConfig};
+
+/// Longest `key_prefix`: keys and channel names stay short.
+const MAX_PREFIX: usize = 128;
+
+/// `redis_url` defaults to the limiter's when the limits use Redis: one Redis already
+/// shared by every instance is the natural place for their breakers too.
+/// `shared_breakers = false` keeps breakers local all the same.
+pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> ClusterConfig {
+    let redis_url = match raw.redis_url {
+        Some(url) => {
+            check_redis_url(errors, "cluster.redis_url", &url);
+            Some(url)
+        }
+        None => (limits.backend == LimitBackend::Redis).then(|| limits.redis_url.clone()),
+    }
+    .filter(|_| raw.shared_breakers.unwrap_or(true));
+    let key_prefix = match raw.key_prefix {
+        Some(prefix) => {
+            if prefix.is_empty() || prefix.len() > MAX_PREFIX {
+                errors.add(
+                    "cluster.key_prefix",
+                    format!("must be 1 to {MAX_PREFIX} characters"),
+                );
+            } else if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                errors.add("cluster.key_prefix", "must not contain spaces");
+            }
+            prefix
+        }
+        None => limits.key_prefix.clone(),
+    };
+    ClusterConfig {
+        redis_url,
+        key_prefix,
+    }
+}
+
+/// Names the field when `url` is not a Redis URL; the URL itself may carry a password, so
+/// only its scheme is repeated.
+pub fn check_redis_url(errors: &mut Errors, field: &str, url: &str) {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
+        _ => errors.add(
+            field,
+            "is not a Redis URL like redis://127.0.0.1:6379 (redis, rediss or unix scheme)",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn breakers_stay_local_unless_redis_is_configured() {
+        let config = parse("").unwrap();
+        assert_eq!(config.cluster.redis_url, None);
+        let config = parse(
+            "[limits]\nbackend = \"redis\"\nredis_url = \"redis://h:7/\"\nkey_prefix = \"p\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.cluster.redis_url.as_deref(), Some("redis://h:7/"));
+        assert_eq!(config.cluster.key_prefix, "p");
+        let config =
+            parse("[cluster]\nredis_url = \"redis://c:6379\"\nkey_prefix = \"c1\"\n").unwrap();
+        assert_eq!(config.cluster.redis_url.as_deref(), Some("redis://c:6379"));
+        assert_eq!(config.cluster.key_prefix, "c1");
+        let config =
+            parse("[limits]\nbackend = \"redis\"\n[cluster]\nshared_breakers = false\n").unwrap();
+        assert_eq!(config.cluster.redis_url, None);
+    }
+
+    #[test]
+    fn bad_values_name_their_field_without_the_password() {
+        let error = parse("[cluster]\nredis_url = \"http://user:hunter2@h\"\n").unwrap_err();
+        assert!(error.contains("cluster.redis_url"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+        let error = parse("[cluster]\nkey_prefix = \"\"\n").unwrap_err();
+        assert!(error.contains("cluster.key_prefix"), "{error}");
+        let error = parse("[cluster]\nreddis_url = \"redis://h\"\n").unwrap_err();
+        assert!(error.contains("reddis_url"), "{error}");
+        let debug = format!(
+            "{:?}",
+            parse("[cluster]\nredis_url = \"redis://:hunter2@h\"\n")
+                .unwrap()
+                .cluster
+        );
+        assert!(!debug.contains("hunter2"), "{debug}");
+    }
+}

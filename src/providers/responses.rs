@@ -1,0 +1,177 @@
+//! The Responses API (`POST /v1/responses`) at each step: passed through to a provider that
+//! speaks it (`responses = true`), translated to chat completions for every other step.
+//!
+//! A translated step goes through the step kind's own chat adapter, so every chat
+//! translation (Anthropic, Gemini, Azure) serves the Responses API too; this module only
+//! turns the Responses request into a chat request, and the chat answer (whole or streamed)
+//! into a Response object and the Responses stream events.
+
+pub mod object;
+pub mod passthrough;
+pub mod request;
+pub mod sink;
+
+use bytes::Bytes;
+use reqwest::StatusCode;
+use serde_json::{Map, Value};
+
+use super::anthropic::events::AnthropicSource;
+use super::gemini::decode::GeminiSource;
+use super::openai::stream::OpenAiSource;
+use super::stream::{ChunkSource, StreamState, StreamTranslator, Translating};
+use super::{Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, adapter};
+use crate::config::{Provider, ProviderKind};
+use crate::providers::sse::SseEvent;
+use request::Effort;
+
+/// The adapter for a Responses request at `provider`.
+pub fn adapter_for(provider: &Provider) -> &'static dyn Adapter {
+    if provider.responses {
+        return &PassthroughAdapter;
+    }
+    match provider.kind {
+        ProviderKind::OpenAi => &OVER_OPENAI,
+        ProviderKind::Anthropic => &OVER_ANTHROPIC,
+        ProviderKind::Gemini => &OVER_GEMINI,
+        ProviderKind::Azure => &OVER_AZURE,
+    }
+}
+
+/// A provider that speaks the Responses API: the body with only `model` rewritten.
+pub struct PassthroughAdapter;
+
+impl Adapter for PassthroughAdapter {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection> {
+        let mut body = request.body.tree().clone();
+        body.insert("model".into(), Value::String(target.model.to_owned()));
+        // The gateway rebuilt the whole input from its own store: the provider needs no
+        // state of its own, and may never have seen the earlier turn.
+        body.remove("previous_response_id");
+        let url = format!("{}/responses", target.provider.base_url);
+        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream);
+        if let Some(key) = target.key {
+            builder = builder.bearer_auth(key.secret.expose());
+        }
+        Ok(builder)
+    }
+
+    fn decode(&self, _request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+        passthrough::probe_response(body).map(|usage| Decoded {
+            body: Bytes::copy_from_slice(body),
+            usage,
+        })
+    }
+
+    fn error_body(&self, _: &ClientRequest, _: StatusCode, _: &[u8]) -> Option<Bytes> {
+        None
+    }
+
+    fn stream(&self, _request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        Box::new(passthrough::Passthrough::default())
+    }
+}
+
+/// A step that does not speak the Responses API: its kind's chat adapter, translated.
+pub struct OverChat(ProviderKind);
+
+static OVER_OPENAI: OverChat = OverChat(ProviderKind::OpenAi);
+static OVER_ANTHROPIC: OverChat = OverChat(ProviderKind::Anthropic);
+static OVER_GEMINI: OverChat = OverChat(ProviderKind::Gemini);
+static OVER_AZURE: OverChat = OverChat(ProviderKind::Azure);
+
+impl OverChat {
+    fn effort(&self) -> Effort {
+        match self.0 {
+            ProviderKind::OpenAi | ProviderKind::Azure => Effort::Carried,
+            // Their chat translations have no counterpart for `reasoning_effort`.
+            ProviderKind::Anthropic | ProviderKind::Gemini => Effort::Refused,
+        }
+    }
+
+    fn chat(&self, request: &ClientRequest) -> Result<ClientRequest, Rejection> {
+        Ok(ClientRequest::new(
+            ClientFormat::OpenAi,
+            Operation::Chat,
+            request::to_chat(&request.body, self.effort())?,
+        ))
+    }
+
+    /// The chat request for decoding: a request that cannot translate never got sent.
+    fn chat_or_empty(&self, request: &ClientRequest) -> ClientRequest {
+        self.chat(request).unwrap_or(ClientRequest::new(
+            ClientFormat::OpenAi,
+            Operation::Chat,
+            Map::new(),
+        ))
+    }
+
+    fn source(&self) -> Box<dyn ChunkSource> {
+        match self.0 {
+            ProviderKind::OpenAi | ProviderKind::Azure => Box::new(OpenAiSource::default()),
+            ProviderKind::Anthropic => Box::new(AnthropicSource::default()),
+            ProviderKind::Gemini => Box::new(GeminiSource::default()),
+        }
+    }
+}
+
+impl Adapter for OverChat {
+    fn request(
+        &self,
+        target: &Target<'_>,
+        request: &ClientRequest,
+        stream: bool,
+    ) -> Result<reqwest::RequestBuilder, Rejection> {
+        let chat = self.chat(request)?;
+        adapter(self.0)
+            .request(target, &chat, stream)
+            .map_err(|rejection| Rejection {
+                message: rejection.message,
+                param: rejection.param.as_deref().map(request::responses_param),
+            })
+    }
+
+    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+        let chat = self.chat_or_empty(request);
+        let decoded = adapter(self.0).decode(&chat, body)?;
+        let completion: Value = serde_json::from_slice(&decoded.body).ok()?;
+        let response = object::from_chat(&object::Echo::of(&request.body), &completion)?;
+        Some(Decoded {
+            body: super::to_bytes(&response),
+            usage: decoded.usage,
+        })
+    }
+
+    fn error_body(
+        &self,
+        request: &ClientRequest,
+        status: StatusCode,
+        body: &[u8],
+    ) -> Option<Bytes> {
+        adapter(self.0).error_body(&self.chat_or_empty(request), status, body)
+    }
+
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        Box::new(Translating::new(
+            BoxedSource(self.source()),
+            sink::ResponsesSink::new(object::Echo::of(&request.body)),
+        ))
+    }
+}
+
+/// A chunk source chosen at run time.
+struct BoxedSource(Box<dyn ChunkSource>);
+
+impl ChunkSource for BoxedSource {
+    fn event(&mut self, event: &SseEvent, chunks: &mut Vec<Value>) -> StreamState {
+        self.0.event(event, chunks)
+    }
+
+    fn end(&mut self, chunks: &mut Vec<Value>) -> StreamState {
+        self.0.end(chunks)
+    }
+}

@@ -1,0 +1,289 @@
+//! The cluster store: PostgreSQL, shared by every gateway instance.
+//!
+//! A small pool of connections serves reads and writes; the schema is migrated at start
+//! under an advisory lock (see [`migrate`]); every change bumps the generation counter and
+//! sends a `NOTIFY` in the same transaction, which [`listen`] turns into a reload on every
+//! instance. No TLS: a `sslmode` other than `disable` is refused (see [`parse_url`]).
+
+mod listen;
+mod migrate;
+mod provider_keys;
+mod request_log;
+mod response_state;
+mod rollup;
+pub mod testdb;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::{NoTls, Row};
+
+pub use listen::Listener;
+
+use super::sqlite::hash_key;
+use super::{LimitOverrides, StoreError, VirtualKey, now_ms};
+
+/// The channel every change is announced on; the payload is the new generation.
+pub const CHANNEL: &str = "switchyard_store";
+
+/// Connections in the pool: the log writer, the key reloads, the scorecard and the CLI's
+/// occasional writes never need more at once.
+const POOL_SIZE: usize = 4;
+
+/// How long connecting, or waiting for a pooled connection, may take before the call fails
+/// (and the log writer spills to its journal instead of stalling).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Serialises provider-key changes across instances, so two rotations of one key never
+/// pick the same version.
+const KEYS_LOCK: i64 = 0x5357_5944_4b45_5953; // "SWYDKEYS"
+
+/// PostgreSQL behind a pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: Pool,
+    /// What the listener connects with (shared: clones of the store are many, and cheap).
+    config: std::sync::Arc<tokio_postgres::Config>,
+}
+
+/// Whether a store URL names PostgreSQL.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Parses a `postgres://user[:password]@host[:port]/db` URL; `sslmode` may only be
+/// `disable`, because this build connects without TLS.
+pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, String> {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if name == "sslmode" && value != "disable" {
+            return Err(format!(
+                "sslmode={value} is not supported: Switchyard connects to PostgreSQL without \
+                 TLS, so reach it on localhost or a private network and use sslmode=disable \
+                 (or leave sslmode out)"
+            ));
+        }
+    }
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        // The driver's message never repeats the URL, so no password leaks through it.
+        .map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+    if config.get_dbname().is_none() {
+        return Err("the PostgreSQL URL names no database (postgres://user@host:port/db)".into());
+    }
+    config.ssl_mode(SslMode::Disable);
+    config.connect_timeout(CONNECT_TIMEOUT);
+    config.application_name("switchyard");
+    Ok(config)
+}
+
+/// The URL without its password: what logs and errors may show.
+pub fn shown_url(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or("");
+    format!("{host}:{port}/{db}")
+}
+
+impl PgStore {
+    /// Connects, and migrates the schema (once, whatever the number of instances starting).
+    pub async fn open(url: &str) -> Result<PgStore, StoreError> {
+        let config = parse_url(url).map_err(StoreError::BadUrl)?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECT_TIMEOUT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::Pool(e.to_string()))?;
+        let store = PgStore {
+            pool,
+            config: std::sync::Arc::new(config),
+        };
+        migrate::run(&store).await?;
+        Ok(store)
+    }
+
+    /// A pooled connection.
+    pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Pool(e.to_string()))
+    }
+
+    /// Where the store is, without its password.
+    pub fn shown(&self) -> String {
+        shown_url(&self.config)
+    }
+
+    /// Starts listening for changes made by any instance; see [`Listener`].
+    pub fn listen(&self) -> Listener {
+        Listener::start((*self.config).clone())
+    }
+
+    pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO virtual_keys (id, hash, prefix, user_name, role, permissions, models,
+                 requests_per_minute, tokens_per_minute, max_concurrent, created_ms, revoked_ms,
+                 expires_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            &[
+                &key.id,
+                &key.hash,
+                &key.prefix,
+                &key.user,
+                &key.role,
+                &key.permissions.join(","),
+                &key.models.as_ref().map(|m| m.join(",")),
+                &key.limits.requests_per_minute.map(|v| v as i64),
+                &key.limits.tokens_per_minute.map(|v| v as i64),
+                &key.limits.max_concurrent.map(|v| v as i64),
+                &key.created_ms,
+                &key.revoked_ms,
+                &key.expires_ms,
+            ],
+        )
+        .await?;
+        bump_generation(&tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn virtual_keys(&self) -> Result<Vec<VirtualKey>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, hash, prefix, user_name, role, permissions, models,
+                        requests_per_minute, tokens_per_minute, max_concurrent, created_ms,
+                        revoked_ms, expires_ms
+                 FROM virtual_keys ORDER BY created_ms, id",
+                &[],
+            )
+            .await?;
+        rows.iter().map(read_virtual_key).collect()
+    }
+
+    pub async fn revoke_virtual_key(&self, key_or_id: &str) -> Result<bool, StoreError> {
+        let (column, value) = if key_or_id.starts_with("sy-") {
+            ("hash", hash_key(key_or_id))
+        } else {
+            ("id", key_or_id.to_owned())
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let sql = format!(
+            "UPDATE virtual_keys SET revoked_ms = $1 WHERE {column} = $2 AND revoked_ms IS NULL"
+        );
+        let changed = tx.execute(&sql, &[&now_ms(), &value]).await?;
+        if changed > 0 {
+            bump_generation(&tx).await?;
+        }
+        tx.commit().await?;
+        Ok(changed > 0)
+    }
+
+    /// Replaces a live key's role, permissions, models, limits and expiry, matched by id.
+    pub async fn update_virtual_key(&self, key: VirtualKey) -> Result<bool, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let changed = tx
+            .execute(
+                "UPDATE virtual_keys SET role = $2, permissions = $3, models = $4,
+                     requests_per_minute = $5, tokens_per_minute = $6, max_concurrent = $7,
+                     expires_ms = $8
+                 WHERE id = $1 AND revoked_ms IS NULL",
+                &[
+                    &key.id,
+                    &key.role,
+                    &key.permissions.join(","),
+                    &key.models.as_ref().map(|m| m.join(",")),
+                    &key.limits.requests_per_minute.map(|v| v as i64),
+                    &key.limits.tokens_per_minute.map(|v| v as i64),
+                    &key.limits.max_concurrent.map(|v| v as i64),
+                    &key.expires_ms,
+                ],
+            )
+            .await?;
+        if changed > 0 {
+            bump_generation(&tx).await?;
+        }
+        tx.commit().await?;
+        Ok(changed > 0)
+    }
+
+    pub async fn generation(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT value FROM meta WHERE key = 'generation'", &[])
+            .await?;
+        Ok(row.map_or(0, |r| r.get(0)))
+    }
+}
+
+fn read_virtual_key(row: &Row) -> Result<VirtualKey, StoreError> {
+    let permissions: String = row.try_get(5)?;
+    let models: Option<String> = row.try_get(6)?;
+    let limit = |i: usize| {
+        row.try_get::<_, Option<i64>>(i)
+            .map(|v| v.map(|v| v as u64))
+    };
+    Ok(VirtualKey {
+        id: row.try_get(0)?,
+        hash: row.try_get(1)?,
+        prefix: row.try_get(2)?,
+        user: row.try_get(3)?,
+        role: row.try_get(4)?,
+        permissions: split_list(&permissions),
+        models: models.as_deref().map(split_list),
+        limits: LimitOverrides {
+            requests_per_minute: limit(7)?,
+            tokens_per_minute: limit(8)?,
+            max_concurrent: limit(9)?,
+        },
+        created_ms: row.try_get(10)?,
+        revoked_ms: row.try_get(11)?,
+        expires_ms: row.try_get(12)?,
+    })
+}
+
+/// Moves the generation on and announces it; the `NOTIFY` goes out when the transaction
+/// commits, never for a change rolled back.
+pub(super) async fn bump_generation(
+    tx: &deadpool_postgres::Transaction<'_>,
+) -> Result<(), tokio_postgres::Error> {
+    tx.execute(
+        "WITH bumped AS (
+             UPDATE meta SET value = value + 1 WHERE key = 'generation' RETURNING value
+         )
+         SELECT pg_notify($1, value::text) FROM bumped",
+        &[&CHANNEL],
+    )
+    .await?;
+    Ok(())
+}
+
+fn split_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}

@@ -1,0 +1,302 @@
+//! Cluster mode on PostgreSQL: several real `switchyard serve` processes on one database.
+//! Each test runs on a fresh database of its own (dropped afterwards); without PostgreSQL
+//! they skip, saying so, except under `SWITCHYARD_REQUIRE_SERVICES=1`.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::json;
+use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::store::postgres::testdb::TestDb;
+use tokio::time::Instant;
+
+use super::logqueue::{QUIET, Spawned};
+use super::support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
+const ADMIN_TOKEN: &str = "cluster-admin-token";
+/// The master key every instance shares, so each can open the provider keys another put.
+const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+/// What the issue promises: a change on one instance is in effect on all within this.
+const PROPAGATION: Duration = Duration::from_secs(1);
+
+fn env() -> [(&'static str, &'static str); 2] {
+    [
+        ("SWITCHYARD_ADMIN_TOKEN", ADMIN_TOKEN),
+        ("SWITCHYARD_MASTER_KEY", MASTER_KEY),
+    ]
+}
+
+/// One instance's config: the shared store, and route `r` to the fake.
+fn config(db: &TestDb, upstream: &str, auth: bool) -> String {
+    format!(
+        "[auth]\nrequired = {auth}\n[store]\nurl = \"{}\"\n{upstream}{}",
+        db.url(),
+        route("r", &[("up", "m")], "")
+    )
+}
+
+/// `count` instances started at the same moment on `config`.
+fn instances(config: &str, count: usize) -> Vec<Spawned> {
+    Spawned::start_all(&vec![config; count], QUIET, &env())
+}
+
+/// Runs the CLI against `config`; returns its stdout.
+fn cli(config: &str, args: &[&str]) -> String {
+    let path = std::env::temp_dir().join(format!("switchyard-cli-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(&path, config).unwrap();
+    let output = std::process::Command::new(BIN)
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+async fn send(instance: &Spawned, key: Option<&str>) -> reqwest::Response {
+    let mut request = client()
+        .post(format!("{}/v1/chat/completions", instance.url))
+        .json(&chat("r"));
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.unwrap()
+}
+
+async fn log_rows(db: &TestDb) -> i64 {
+    let (client, connection) = tokio_postgres::connect(&db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+        .query_one("SELECT COUNT(*) FROM request_log", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_starting_at_once_on_an_empty_database_migrate_it_once() {
+    let Some(db) =
+        TestDb::create("three_instances_starting_at_once_on_an_empty_database_migrate_it_once")
+            .await
+    else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateways = instances(&config(&db, &provider("up", &fake), false), 3);
+    for gateway in &gateways {
+        gateway.ready().await;
+        assert_eq!(send(gateway, None).await.status(), 200);
+    }
+    let migrated: usize = gateways
+        .iter()
+        .map(|g| {
+            g.stderr
+                .lock()
+                .unwrap()
+                .matches("PostgreSQL store migrated")
+                .count()
+        })
+        .sum();
+    let (client, connection) = tokio_postgres::connect(&db.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let versions: i64 = client
+        .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(versions > 0);
+    assert_eq!(
+        migrated, versions as usize,
+        "each migration ran on exactly one instance"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_requests_over_three_instances_are_three_thousand_rows() {
+    let Some(db) =
+        TestDb::create("three_thousand_requests_over_three_instances_are_three_thousand_rows")
+            .await
+    else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateways = instances(&config(&db, &provider("up", &fake), false), 3);
+    let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
+    let workers = (0..30).map(|worker| {
+        let urls = urls.clone();
+        tokio::spawn(async move {
+            let client = client();
+            let mut ids = Vec::new();
+            for i in 0..100 {
+                let url = &urls[(worker + i) % urls.len()];
+                let response = client
+                    .post(format!("{url}/v1/chat/completions"))
+                    .json(&chat("r"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                ids.push(header(&response, "x-switchyard-request-id").to_owned());
+            }
+            ids
+        })
+    });
+    let mut ids = BTreeSet::new();
+    for worker in workers {
+        ids.extend(worker.await.unwrap());
+    }
+    assert_eq!(ids.len(), 3000, "every request has an id of its own");
+    // A clean stop flushes each instance's last batch.
+    for gateway in gateways {
+        gateway.terminate();
+    }
+    assert_eq!(log_rows(&db).await, 3000);
+}
+
+/// Sends through `instance` until `done` holds for its answer, for at most `within`.
+async fn until(
+    instance: &Spawned,
+    key: Option<&str>,
+    deadline: Instant,
+    mut done: impl FnMut(&reqwest::Response) -> bool,
+) -> bool {
+    loop {
+        if done(&send(instance, key).await) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second() {
+    let Some(db) =
+        TestDb::create("a_key_revoked_on_one_instance_is_refused_by_the_others_within_a_second")
+            .await
+    else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let config = config(&db, &provider("up", &fake), true);
+    let gateways = instances(&config, 3);
+    let key = cli(
+        &config,
+        &["vkeys", "create", "--user", "ana", "--role", "default"],
+    );
+    let key = key.trim();
+    // Created through the store, it reaches every instance as quickly.
+    let deadline = Instant::now() + PROPAGATION;
+    for gateway in &gateways {
+        let admitted = until(gateway, Some(key), deadline, |r| r.status() == 200).await;
+        assert!(admitted, "{} admits the new key within 1 s", gateway.url);
+    }
+    // Revoked through instance A's store, as an operator on A would.
+    cli(&config, &["vkeys", "revoke", key]);
+    let deadline = Instant::now() + PROPAGATION;
+    for gateway in &gateways[1..] {
+        let refused = until(gateway, Some(key), deadline, |r| r.status() == 401).await;
+        assert!(
+            refused,
+            "{} refuses the revoked key within 1 s",
+            gateway.url
+        );
+    }
+}
+
+/// The key the fake's last request carried.
+fn last_key(fake: &FakeHandle) -> String {
+    fake.requests()
+        .last()
+        .and_then(|r| r.headers.get("authorization").cloned())
+        .unwrap_or_default()
+}
+
+async fn put_key(instance: &Spawned, secret: &str) {
+    let response = client()
+        .put(format!("{}/admin/keys/up", instance.url))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"secret": secret, "id": "main"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_second() {
+    let Some(db) = TestDb::create(
+        "a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_second",
+    )
+    .await
+    else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let upstream = format!(
+        "[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\n",
+        fake.base_url()
+    );
+    let gateways = instances(&config(&db, &upstream, false), 3);
+    put_key(&gateways[0], "sk-old-0000").await;
+    let deadline = Instant::now() + PROPAGATION;
+    for gateway in &gateways {
+        let sent = until(gateway, None, deadline, |_| {
+            last_key(&fake) == "Bearer sk-old-0000"
+        });
+        assert!(sent.await, "{} sends the first key", gateway.url);
+    }
+    // Requests go one at a time, so the fake's last request is the one just sent.
+    put_key(&gateways[0], "sk-new-1111").await;
+    let deadline = Instant::now() + PROPAGATION;
+    for gateway in &gateways[1..] {
+        let sent = until(gateway, None, deadline, |r| {
+            r.status() == 200 && last_key(&fake) == "Bearer sk-new-1111"
+        });
+        assert!(
+            sent.await,
+            "{} sends the rotated key within 1 s",
+            gateway.url
+        );
+    }
+}
+
+#[test]
+fn check_and_serve_refuse_a_sslmode_they_cannot_honour() {
+    let path = std::env::temp_dir().join(format!("switchyard-tls-{}.toml", uuid::Uuid::now_v7()));
+    std::fs::write(
+        &path,
+        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"postgres://sy:s3cret@127.0.0.1:1/db?sslmode=require\"\n",
+    )
+    .unwrap();
+    for command in ["check", "serve"] {
+        let output = std::process::Command::new(BIN)
+            .args([command, "--config"])
+            .arg(&path)
+            .env("SWITCHYARD_MASTER_KEY", MASTER_KEY)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{command} refuses it");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("store.url: sslmode=require is not supported"),
+            "{command}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{command}: {stderr}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
