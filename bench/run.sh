@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Switchyard benchmark: the same load straight to the fake provider and through the gateway.
+# Switchyard benchmark: the same load straight to the upstream and through the gateway.
 #
 #   bash bench/run.sh                      # from the repository root
 #   BENCH_SECONDS=5 bash bench/run.sh      # shorter phases
 #
-# See bench/README.md for what each figure means. Targets are reported, never asserted:
-# the script exits 0 when a target is missed, non-zero only when the benchmark itself fails.
+# Scenarios (see bench/README.md):
+#   json 64 / 4k / 32k / 128k   non-streamed chat bodies of those sizes, nginx as the upstream
+#   stream 500                  a streamed answer of 500 content events, nginx as the upstream
+#   failover                    step 0 answers 500, step 1 serves (the built-in fakes)
+#   1,000 open streams          the gateway's RSS while that many streams are open
+# Targets are reported, never asserted: the script exits 0 when a target is missed, non-zero
+# only when the benchmark itself fails.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,14 +18,19 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BENCH_SECONDS=${BENCH_SECONDS:-10}       # measured seconds per load phase
 BENCH_WARMUP=${BENCH_WARMUP:-2}          # unmeasured warm-up seconds before each phase
 BENCH_CONCURRENCY=${BENCH_CONCURRENCY:-"1 16 64"}
+BENCH_SIZES=${BENCH_SIZES:-"64 4k 32k 128k"}
 BENCH_THREADS=${BENCH_THREADS:-1}        # wrk threads (capped at the connection count)
 BENCH_TTFB_N=${BENCH_TTFB_N:-200}        # streamed requests per target for TTFB
-BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-warn}  # SWITCHYARD_LOG for the gateway
+BENCH_EVENTS=${BENCH_EVENTS:-500}        # content events in the stream scenario
+BENCH_STREAMS=${BENCH_STREAMS:-1000}     # concurrently open streams for the RSS figure
+BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-}     # SWITCHYARD_LOG for the gateway; unset: its default, as users run it
 
-log() { printf '[bench] %s\n' "$*" >&2; }
-die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
+PIDS=()
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
-for var in BENCH_SECONDS BENCH_WARMUP BENCH_THREADS BENCH_TTFB_N; do
+for var in BENCH_SECONDS BENCH_WARMUP BENCH_THREADS BENCH_TTFB_N BENCH_EVENTS BENCH_STREAMS; do
     [[ ${!var} =~ ^[0-9]+$ ]] || die "$var must be a whole number, not '${!var}'"
 done
 ((BENCH_SECONDS > 0)) || die "BENCH_SECONDS must be at least 1"
@@ -28,37 +38,34 @@ done
 for c in $BENCH_CONCURRENCY; do
     [[ $c =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCY holds '$c', not a positive number"
 done
+for s in $BENCH_SIZES; do
+    [[ $s =~ ^[1-9][0-9]*k?$ ]] || die "BENCH_SIZES holds '$s', not a size such as 64 or 4k"
+done
 
 # --- tools --------------------------------------------------------------------------------
 command -v python3 >/dev/null || die "python3 is required"
 command -v cargo >/dev/null || die "cargo is required"
-if ! command -v wrk >/dev/null; then
-    log "wrk not found; installing it from the distribution's packages"
-    sudo=()
-    if [[ $(id -u) -ne 0 ]]; then
-        command -v sudo >/dev/null || die "wrk is missing and we are not root; install wrk"
-        sudo=(sudo)
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    if ! "${sudo[@]}" apt-get install -y wrk >&2; then
-        "${sudo[@]}" apt-get update >&2
-        "${sudo[@]}" apt-get install -y wrk >&2
-    fi
-    command -v wrk >/dev/null || die "could not install wrk"
-fi
+need wrk wrk
+find_nginx
+# Every open stream holds a socket on the client, the gateway and the upstream.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+(($(ulimit -n) > BENCH_STREAMS * 2 + 100)) || die "ulimit -n $(ulimit -n) is too low for $BENCH_STREAMS streams"
 
 # --- build --------------------------------------------------------------------------------
-log "building the release binary (cargo build --release)"
-cargo build --release >&2
-BIN="${CARGO_TARGET_DIR:-target}/release/switchyard"
+# BENCH_BIN measures a binary built elsewhere (another commit, for a before/after pair).
+if [[ -n ${BENCH_BIN:-} ]]; then
+    BIN=$BENCH_BIN
+else
+    log "building the release binary (cargo build --release)"
+    cargo build --release >&2
+    BIN="${CARGO_TARGET_DIR:-target}/release/switchyard"
+fi
 [[ -x $BIN ]] || die "no binary at $BIN"
 
 CLK_TCK=$(getconf CLK_TCK)
 CPUS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 0)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
 
 # --- process lifecycle --------------------------------------------------------------------
-PIDS=()
 cleanup() {
     local status=$?
     local pid i
@@ -91,34 +98,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# Waits up to $4 seconds for a file to contain a pattern, failing early if $3 exits.
-wait_for_line() {
-    local file=$1 pattern=$2 pid=$3 limit=$4
-    local deadline=$((SECONDS + limit))
-    until grep -q -- "$pattern" "$file" 2>/dev/null; do
-        kill -0 "$pid" 2>/dev/null || die "process $pid exited before printing '$pattern'"
-        ((SECONDS < deadline)) || die "no '$pattern' in $file after ${limit}s"
-        sleep 0.05
-    done
-}
-
-# Waits up to $4 seconds until 127.0.0.1:$1 accepts connections or $2's log says it
-# listens; fails early if process $3 exits.
-wait_for_listen() {
-    local port=$1 file=$2 pid=$3 limit=$4
-    local deadline=$((SECONDS + limit))
-    until grep -q 'switchyard listening' "$file" 2>/dev/null ||
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
-        kill -0 "$pid" 2>/dev/null || die "gateway exited before listening"
-        ((SECONDS < deadline)) || die "gateway not listening on port $port after ${limit}s"
-        sleep 0.05
-    done
-}
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
 
 # utime + stime of a whole process (all its threads), in clock ticks.
 cpu_ticks() {
@@ -156,132 +135,160 @@ proc_status_kb() {
     awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status"
 }
 
-# --- fake provider ------------------------------------------------------------------------
-"$BIN" fake-upstream --listen 127.0.0.1:0 --name bench >"$WORK/fake.out" 2>"$WORK/fake.err" &
-FAKE_PID=$!
-PIDS+=("$FAKE_PID")
-wait_for_line "$WORK/fake.out" 'fake upstream' "$FAKE_PID" 30
-FAKE_ADDR=$(grep -o 'http://[0-9.]*:[0-9]*/v1' "$WORK/fake.out" | head -n 1)
-FAKE_ADDR=${FAKE_ADDR#http://}
-FAKE_ADDR=${FAKE_ADDR%/v1}
-[[ $FAKE_ADDR == 127.0.0.1:* ]] || die "cannot read the fake's address from $WORK/fake.out"
-log "fake provider (pid $FAKE_PID) on $FAKE_ADDR"
+# --- upstreams ----------------------------------------------------------------------------
+# nginx for throughput: it costs a few µs per request, far below the gateway's own cost.
+start_nginx "$BENCH_EVENTS"
+
+# The built-in fakes for the failover scenario and the long-lived streams.
+# start_fake NAME SCRIPT: sets FAKE_ADDR and FAKE_PID.
+start_fake() {
+    local name=$1 script=$2
+    "$BIN" fake-upstream --listen 127.0.0.1:0 --name "$name" --script "$script" \
+        >"$WORK/fake-$name.out" 2>"$WORK/fake-$name.err" &
+    FAKE_PID=$!
+    PIDS+=("$FAKE_PID")
+    wait_for_line "$WORK/fake-$name.out" 'fake upstream' "$FAKE_PID" 30
+    FAKE_ADDR=$(grep -o 'http://[0-9.]*:[0-9]*/v1' "$WORK/fake-$name.out" | head -n 1)
+    FAKE_ADDR=${FAKE_ADDR#http://}
+    FAKE_ADDR=${FAKE_ADDR%/v1}
+    [[ $FAKE_ADDR == 127.0.0.1:* ]] || die "cannot read the fake's address from $WORK/fake-$name.out"
+    log "fake $name (pid $FAKE_PID) on $FAKE_ADDR"
+}
+start_fake failing '{"behaviors":[{"status":500}],"mode":"cycle"}'
+FAILING_ADDR=$FAKE_ADDR
+start_fake healthy '{"behaviors":[{}],"mode":"cycle"}'
+HEALTHY_ADDR=$FAKE_ADDR
+HEALTHY_PID=$FAKE_PID
+# Streams that stay open about 20 s: 40 chunks, 500 ms apart.
+start_fake slow '{"behaviors":[{"chunks":40,"chunk_interval_ms":500}],"mode":"cycle"}'
+SLOW_ADDR=$FAKE_ADDR
 
 # --- gateway ------------------------------------------------------------------------------
 GW_PORT=$(free_port)
 GW_ADDR=127.0.0.1:$GW_PORT
-cat >"$WORK/gateway.toml" <<EOF
-[server]
-listen = "$GW_ADDR"
-
-[auth]
-required = false
-
-# A file, as in a deployment (the request log is written to it), but in the temporary
-# directory: the default would create switchyard.db and its key file in the repository.
-[store]
-url = "sqlite://$WORK/switchyard.db"
+write_gateway_config "$GW_PORT" "$FAILING_ADDR" "$HEALTHY_ADDR"
+cat >>"$WORK/gateway.toml" <<EOF2
 
 [[providers]]
-name = "up"
+name = "slow"
 kind = "openai"
-base_url = "http://$FAKE_ADDR/v1"
+base_url = "http://$SLOW_ADDR/v1"
 key_required = false
 
 [[routes]]
-name = "bench"
-steps = [{ provider = "up", model = "m" }]
-EOF
-# A throwaway master key for the store's vault, so none is generated beside the database.
-MASTER_KEY=$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')
-# The per-request log line is at info level: `warn` keeps logging off the measured path.
-SWITCHYARD_LOG=$BENCH_GATEWAY_LOG SWITCHYARD_MASTER_KEY=$MASTER_KEY NO_COLOR=1 \
-    "$BIN" serve --config "$WORK/gateway.toml" >"$WORK/gateway.out" 2>"$WORK/gateway.err" &
+name = "slow-stream"
+steps = [{ provider = "slow", model = "m" }]
+EOF2
+gateway_env=(SWITCHYARD_MASTER_KEY="$(master_key)" NO_COLOR=1)
+[[ -n $BENCH_GATEWAY_LOG ]] && gateway_env+=(SWITCHYARD_LOG="$BENCH_GATEWAY_LOG")
+env "${gateway_env[@]}" "$BIN" serve --config "$WORK/gateway.toml" \
+    >"$WORK/gateway.out" 2>"$WORK/gateway.err" &
 GW_PID=$!
 PIDS+=("$GW_PID")
-wait_for_listen "$GW_PORT" "$WORK/gateway.err" "$GW_PID" 30
-log "gateway (pid $GW_PID, SWITCHYARD_LOG=$BENCH_GATEWAY_LOG) on $GW_ADDR"
+wait_for_port "$GW_PORT" "$GW_PID" 30
+log "gateway (pid $GW_PID, SWITCHYARD_LOG=${BENCH_GATEWAY_LOG:-its default}) on $GW_ADDR"
 
-DIRECT_BODY='{"model":"m","messages":[{"role":"user","content":"Hello"}]}'
-GATEWAY_BODY='{"model":"bench","messages":[{"role":"user","content":"Hello"}]}'
-DIRECT_URL="http://$FAKE_ADDR/v1/chat/completions"
-GATEWAY_URL="http://$GW_ADDR/v1/chat/completions"
+NGINX_JSON=http://$NGINX_ADDR/json/v1/chat/completions
+NGINX_SSE=http://$NGINX_ADDR/sse/v1/chat/completions
+GATEWAY_URL=http://$GW_ADDR/v1/chat/completions
 
-# One request each way before any load: both must answer 200 with a completion.
-if ! python3 - "$DIRECT_URL" "$DIRECT_BODY" "$GATEWAY_URL" "$GATEWAY_BODY" <<'PY'; then
-import json, sys, urllib.request
-args = sys.argv[1:]
-opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
-for url, body in zip(args[::2], args[1::2]):
-    req = urllib.request.Request(url, data=body.encode(), headers={"Content-Type": "application/json"})
-    with opener.open(req, timeout=10) as resp:
-        answer = json.load(resp)
-        assert resp.status == 200 and answer.get("object") == "chat.completion", answer
-PY
+# One request each way before any load: every route must answer 200.
+python3 bench/bodies.py chat 64 m >"$WORK/sanity-direct.json"
+python3 bench/bodies.py chat 64 bench >"$WORK/sanity-gateway.json"
+python3 bench/bodies.py chat 64 failover >"$WORK/sanity-failover.json"
+python3 bench/bodies.py chat 64 bench-stream --stream >"$WORK/sanity-stream.json"
+python3 bench/send.py "$NGINX_JSON" "$WORK/sanity-direct.json" 1 >/dev/null &&
+    python3 bench/send.py "$GATEWAY_URL" "$WORK/sanity-gateway.json" 1 >/dev/null &&
+    python3 bench/send.py "$GATEWAY_URL" "$WORK/sanity-failover.json" 1 >/dev/null &&
+    python3 bench/send.py "$GATEWAY_URL" "$WORK/sanity-stream.json" 1 --stream >/dev/null ||
     die "a sanity request failed; see the logs below"
-fi
+
+# --- memory with many streams open, first, so no load phase's heap is in the figure --------
+log "opening $BENCH_STREAMS streams at once"
+python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
+timeout 300 python3 bench/streams.py "$GW_ADDR" "$WORK/slow-stream.json" "$BENCH_STREAMS" \
+    "$GW_PID" >"$WORK/streams.json"
 
 # --- load phases --------------------------------------------------------------------------
 RESULTS=$WORK/results.jsonl
 : >"$RESULTS"
 
-# run_phase NAME URL BODY CONNECTIONS
+# run_phase SCENARIO TARGET URL BODY_FILE CONNECTIONS UPSTREAM_PID
 run_phase() {
-    local name=$1 url=$2 body=$3 conns=$4
+    local scenario=$1 name=$2 url=$3 body=$4 conns=$5 upstream=$6
     local threads=$((BENCH_THREADS < conns ? BENCH_THREADS : conns))
     local wrk=(wrk --timeout 5s -t"$threads" -c"$conns" -s bench/wrk.lua)
+    local out="$WORK/wrk-${scenario// /_}-$name-c$conns.out"
     if ((BENCH_WARMUP > 0)); then
-        BENCH_BODY=$body timeout $((BENCH_WARMUP + 30)) \
-            "${wrk[@]}" -d"${BENCH_WARMUP}s" "$url" >"$WORK/warmup-$name-c$conns.out"
+        BENCH_BODY_FILE=$body timeout $((BENCH_WARMUP + 30)) \
+            "${wrk[@]}" -d"${BENCH_WARMUP}s" "$url" >"$out.warmup"
     fi
-    local gw_before fake_before sys_before cpu_before t_before
-    local gw_after fake_after sys_after t_after
+    local gw_before up_before sys_before cpu_before t_before
+    local gw_after up_after sys_after t_after
     child_cpu_ms
     cpu_before=$CHILD_CPU_MS
     t_before=$EPOCHREALTIME
     sys_before=$(sys_busy_ticks)
     gw_before=$(cpu_ticks "$GW_PID")
-    fake_before=$(cpu_ticks "$FAKE_PID")
-    BENCH_BODY=$body timeout $((BENCH_SECONDS + 30)) \
-        "${wrk[@]}" --latency -d"${BENCH_SECONDS}s" "$url" >"$WORK/wrk-$name-c$conns.out"
+    up_before=$(cpu_ticks "$upstream")
+    BENCH_BODY_FILE=$body timeout $((BENCH_SECONDS + 30)) \
+        "${wrk[@]}" --latency -d"${BENCH_SECONDS}s" "$url" >"$out"
     gw_after=$(cpu_ticks "$GW_PID")
-    fake_after=$(cpu_ticks "$FAKE_PID")
+    up_after=$(cpu_ticks "$upstream")
     sys_after=$(sys_busy_ticks)
     t_after=$EPOCHREALTIME
     child_cpu_ms
     local json
-    json=$(sed -n 's/^WRK_RESULT //p' "$WORK/wrk-$name-c$conns.out")
-    [[ -n $json ]] || die "wrk printed no result for $name c=$conns"
+    json=$(sed -n 's/^WRK_RESULT //p' "$out")
+    [[ -n $json ]] || die "wrk printed no result for $scenario $name c=$conns"
     # Wall time in µs, from $EPOCHREALTIME's "seconds.micros".
     local wall_us=$(((${t_after%.*} - ${t_before%.*}) * 1000000 + 10#${t_after#*.} - 10#${t_before#*.}))
-    printf '{"target":"%s","conns":%d,"threads":%d,"gateway_cpu_ticks":%d,"fake_cpu_ticks":%d,"machine_busy_ticks":%d,"wrk_cpu_ms":%d,"wall_us":%d,"wrk":%s}\n' \
-        "$name" "$conns" "$threads" $((gw_after - gw_before)) $((fake_after - fake_before)) \
+    printf '{"scenario":"%s","target":"%s","conns":%d,"threads":%d,"gateway_cpu_ticks":%d,"fake_cpu_ticks":%d,"machine_busy_ticks":%d,"wrk_cpu_ms":%d,"wall_us":%d,"wrk":%s}\n' \
+        "$scenario" "$name" "$conns" "$threads" $((gw_after - gw_before)) $((up_after - up_before)) \
         $((sys_after - sys_before)) $((CHILD_CPU_MS - cpu_before)) "$wall_us" "$json" >>"$RESULTS"
-    log "$name c=$conns: $(grep -E '^Requests/sec' "$WORK/wrk-$name-c$conns.out" || true)"
+    log "$scenario $name c=$conns: $(grep -E '^Requests/sec' "$out" || true)"
 }
 
-for c in $BENCH_CONCURRENCY; do
-    run_phase direct "$DIRECT_URL" "$DIRECT_BODY" "$c"
-    run_phase gateway "$GATEWAY_URL" "$GATEWAY_BODY" "$c"
+for size in $BENCH_SIZES; do
+    python3 bench/bodies.py chat "$size" m >"$WORK/body-$size-direct.json"
+    python3 bench/bodies.py chat "$size" bench >"$WORK/body-$size-gateway.json"
+    for c in $BENCH_CONCURRENCY; do
+        run_phase "json $size" direct "$NGINX_JSON" "$WORK/body-$size-direct.json" "$c" "$NGINX_PID"
+        run_phase "json $size" gateway "$GATEWAY_URL" "$WORK/body-$size-gateway.json" "$c" "$NGINX_PID"
+    done
+done
+
+# A 500-event stream: the gateway's CPU per forwarded event.
+python3 bench/bodies.py chat 4k m --stream >"$WORK/stream-direct.json"
+python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/stream-gateway.json"
+for c in 1 16; do
+    run_phase "stream $BENCH_EVENTS" direct "$NGINX_SSE" "$WORK/stream-direct.json" "$c" "$NGINX_PID"
+    run_phase "stream $BENCH_EVENTS" gateway "$GATEWAY_URL" "$WORK/stream-gateway.json" "$c" "$NGINX_PID"
+done
+
+# Failover: the fakes, since nginx cannot fail on cue. Direct is the healthy fake alone.
+python3 bench/bodies.py chat 4k failover >"$WORK/failover-gateway.json"
+python3 bench/bodies.py chat 4k m >"$WORK/failover-direct.json"
+for c in 1 16; do
+    run_phase failover direct "http://$HEALTHY_ADDR/v1/chat/completions" "$WORK/failover-direct.json" "$c" "$HEALTHY_PID"
+    run_phase failover gateway "$GATEWAY_URL" "$WORK/failover-gateway.json" "$c" "$HEALTHY_PID"
 done
 
 # --- streaming TTFB at concurrency 1 ------------------------------------------------------
 log "streaming TTFB: $BENCH_TTFB_N sequential requests each way"
-timeout 300 python3 bench/ttfb.py --direct "$FAKE_ADDR" --gateway "$GW_ADDR" \
-    -n "$BENCH_TTFB_N" >"$WORK/ttfb.json"
+timeout 600 python3 bench/ttfb.py --direct "$NGINX_ADDR" --direct-path /sse/v1/chat/completions \
+    --gateway "$GW_ADDR" --gateway-model bench-stream -n "$BENCH_TTFB_N" >"$WORK/ttfb.json"
 
-# --- memory, then the report --------------------------------------------------------------
+# --- memory after the load ------------------------------------------------------------------
 kill -0 "$GW_PID" 2>/dev/null || die "the gateway died during the run"
 RSS_KB=$(proc_status_kb "$GW_PID" VmRSS)
 HWM_KB=$(proc_status_kb "$GW_PID" VmHWM)
 GW_LOG_LINES=$(wc -l <"$WORK/gateway.err")
 
 echo
-python3 bench/report.py --results "$RESULTS" --ttfb "$WORK/ttfb.json" \
+python3 bench/report.py --results "$RESULTS" --ttfb "$WORK/ttfb.json" --streams "$WORK/streams.json" \
     --rss-kb "$RSS_KB" --hwm-kb "$HWM_KB" --clk-tck "$CLK_TCK" --cpus "$CPUS" \
-    --seconds "$BENCH_SECONDS" --warmup "$BENCH_WARMUP" ${BENCH_JSON:+--json "$BENCH_JSON"}
-if ((GW_LOG_LINES > 0)); then
-    echo
-    echo "note: the gateway wrote $GW_LOG_LINES log line(s) at SWITCHYARD_LOG=$BENCH_GATEWAY_LOG; first one:"
-    head -n 1 "$WORK/gateway.err"
-fi
+    --events "$BENCH_EVENTS" --seconds "$BENCH_SECONDS" --warmup "$BENCH_WARMUP" \
+    ${BENCH_JSON:+--json "$BENCH_JSON"}
+echo
+echo "the gateway wrote $GW_LOG_LINES log line(s) at SWITCHYARD_LOG=${BENCH_GATEWAY_LOG:-its default}"

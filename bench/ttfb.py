@@ -27,10 +27,10 @@ def parse_addr(text):
     return host, int(port)
 
 
-def request_bytes(addr, body):
+def request_bytes(addr, path, body):
     host, port = addr
     head = (
-        "POST /v1/chat/completions HTTP/1.1\r\n"
+        f"POST {path} HTTP/1.1\r\n"
         f"Host: {host}:{port}\r\n"
         "Content-Type: application/json\r\n"
         "Accept: text/event-stream\r\n"
@@ -79,6 +79,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--direct", required=True, help="fake provider HOST:PORT")
     parser.add_argument("--gateway", required=True, help="gateway HOST:PORT")
+    parser.add_argument("--direct-path", default="/v1/chat/completions")
     parser.add_argument("--direct-model", default="m")
     parser.add_argument("--gateway-model", default="bench")
     parser.add_argument("-n", type=int, default=200, help="measured requests per target")
@@ -87,16 +88,16 @@ def main():
     args = parser.parse_args()
 
     targets = {
-        "direct": (parse_addr(args.direct), args.direct_model),
-        "gateway": (parse_addr(args.gateway), args.gateway_model),
+        "direct": (parse_addr(args.direct), args.direct_path, args.direct_model),
+        "gateway": (parse_addr(args.gateway), "/v1/chat/completions", args.gateway_model),
     }
     payloads = {}
-    for name, (addr, model) in targets.items():
+    for name, (addr, path, model) in targets.items():
         body = json.dumps(
             {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hello"}]},
             separators=(",", ":"),
         ).encode()
-        payloads[name] = (addr, request_bytes(addr, body))
+        payloads[name] = (addr, request_bytes(addr, path, body))
 
     first_byte = {name: [] for name in targets}
     first_event = {name: [] for name in targets}

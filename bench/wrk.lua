@@ -1,13 +1,21 @@
 -- wrk script for the Switchyard benchmark: POSTs one chat completion body per request and,
 -- when the run ends, prints a single machine-readable line (read by bench/run.sh).
 --
--- The body comes from the environment variable BENCH_BODY so the same script drives both
--- the fake provider (model "m") and the gateway (model "bench").
+-- The body is read from the file named by BENCH_BODY_FILE (bench/bodies.py writes them; a
+-- 128 KB body is too long for an environment variable), else taken from BENCH_BODY, so the
+-- same script drives the upstream (model "m") and the gateway (a route name).
 
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.body = os.getenv("BENCH_BODY")
-  or '{"model":"bench","messages":[{"role":"user","content":"Hello"}]}'
+local body_file = os.getenv("BENCH_BODY_FILE")
+if body_file then
+  local f = assert(io.open(body_file, "rb"))
+  wrk.body = f:read("*a")
+  f:close()
+else
+  wrk.body = os.getenv("BENCH_BODY")
+    or '{"model":"bench","messages":[{"role":"user","content":"Hello"}]}'
+end
 
 -- Latencies are in microseconds. `summary.errors.status` counts responses with status > 399.
 function done(summary, latency, requests)

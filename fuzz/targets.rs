@@ -168,7 +168,8 @@ fn client_request(
     operation: Operation,
     body: &[u8],
 ) -> Option<ClientRequest> {
-    let body: Map<String, Value> = serde_json::from_slice(body).ok()?;
+    // As the server reads it: the request's own bytes, spliced where the formats match.
+    let body = providers::RequestBody::parse(bytes::Bytes::copy_from_slice(body)).ok()?;
     Some(ClientRequest::new(format, operation, body))
 }
 
@@ -268,11 +269,12 @@ pub fn stream(data: &[u8]) {
     let choice = usize::from(choice);
     let kind = KINDS[choice % 4];
     let format = FORMATS[(choice / 4) % 2];
-    let mut request = ClientRequest::new(format, Operation::Chat, Map::new());
+    let mut client_body = Map::new();
     if choice / 8 % 2 == 1 {
         let options = serde_json::json!({"include_usage": true});
-        request.body.insert("stream_options".into(), options);
+        client_body.insert("stream_options".into(), options);
     }
+    let request = ClientRequest::new(format, Operation::Chat, client_body);
     let native = matches!(
         (kind, format),
         (

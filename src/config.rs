@@ -5,6 +5,7 @@
 //! path of the field at fault, so a user fixes a bad file in one pass.
 
 mod access;
+pub mod backoff;
 mod duration;
 mod raw;
 mod validate;
@@ -15,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::router::retry::Backoff;
+use backoff::Backoff;
 
 pub use access::{DirectModels, ModelPattern, pattern_matches};
 pub use duration::{format_duration, parse_duration};

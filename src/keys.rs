@@ -6,6 +6,7 @@
 
 pub mod provider_keys;
 pub mod vault;
+pub mod weighted;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -166,7 +167,7 @@ impl KeyRing {
                 (&mut key.current, weight)
             })
             .collect();
-        let chosen = crate::router::balance::smooth_pick(weights)?;
+        let chosen = weighted::smooth_pick(weights)?;
         Some(candidates[chosen].lease.clone())
     }
 

@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod azure;
+pub mod body;
 pub mod gemini;
 pub mod openai;
 pub mod responses;
@@ -16,10 +17,11 @@ pub mod stream;
 
 use bytes::Bytes;
 use reqwest::StatusCode;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::config::{Provider, ProviderKind};
 use crate::keys::KeyLease;
+pub use body::{JsonKind, RequestBody};
 pub use stream::{StreamState, StreamTranslator, Translated};
 
 /// The API a client speaks to the gateway.
@@ -51,7 +53,8 @@ pub enum Operation {
 pub struct ClientRequest {
     pub format: ClientFormat,
     pub operation: Operation,
-    pub body: Map<String, Value>,
+    /// The client's own bytes; translations read them as a tree (see [`RequestBody`]).
+    pub body: RequestBody,
     /// The client's `anthropic-beta` header: forwarded to Anthropic steps; other steps carry
     /// every beta field they can translate and refuse the rest by name, so it is not needed.
     pub anthropic_beta: Option<String>,
@@ -59,11 +62,11 @@ pub struct ClientRequest {
 
 impl ClientRequest {
     /// A request with no forwarded headers.
-    pub fn new(format: ClientFormat, operation: Operation, body: Map<String, Value>) -> Self {
+    pub fn new(format: ClientFormat, operation: Operation, body: impl Into<RequestBody>) -> Self {
         ClientRequest {
             format,
             operation,
-            body,
+            body: body.into(),
             anthropic_beta: None,
         }
     }
@@ -71,9 +74,8 @@ impl ClientRequest {
     /// Whether an OpenAI client asked for the final usage chunk of a stream.
     pub fn asked_stream_usage(&self) -> bool {
         self.body
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            == Some(&Value::Bool(true))
+            .field_as::<Value>("stream_options")
+            .is_some_and(|o| o.get("include_usage") == Some(&Value::Bool(true)))
     }
 }
 

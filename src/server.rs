@@ -507,6 +507,8 @@ impl Gateway {
         let admin_addr = admin.as_ref().map(|a| a.local_addr()).transpose()?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (state, writer) = AppState::new(config, options).await?;
+        // Tests read recent records and wait for idle; `run` (production) never turns it on.
+        state.telemetry.observe();
         let shutdown = async move {
             let _ = stopped.await;
         };

@@ -14,13 +14,18 @@ pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::keys::vault::Sealed;
-
 use request_log::{LogQuery, LogRow};
 use response_state::StoredResponse;
 
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
+
+/// A provider secret as the store keeps it: sealed by `keys::vault`, opaque here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    pub nonce: Vec<u8>,
+    pub ciphertext: Vec<u8>,
+}
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]

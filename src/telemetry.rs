@@ -9,6 +9,7 @@
 //! batches, one transaction each; while the store refuses writes, batches go to a spill
 //! journal on disk and are replayed once it takes them again. Shutdown flushes it all.
 
+mod failure;
 mod guard;
 mod journal;
 pub mod logs;
@@ -27,9 +28,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, Durability, ModelName, ProviderId, RouteName, WhenFull};
-use crate::router::FailureClass;
 use crate::store::Store;
 
+pub use failure::FailureClass;
 pub use guard::{Durable, RecordGuard};
 pub use writer::log_row;
 
@@ -146,10 +147,14 @@ impl RequestRecord {
     }
 }
 
-/// Recent request records, kept in memory for tests and the operator's views.
+/// What the writer says as it goes: the access-log line, the count of rows written (bumped
+/// once a batch), and, only once [`Telemetry::observe`] turned them on, the last records.
 pub(crate) struct RecentLog {
     rows: Mutex<VecDeque<RequestRecord>>,
     written: watch::Sender<u64>,
+    /// Whether a test (or the demo) observes: off in a gateway started by `server::run`, so
+    /// its requests pay for neither the kept records nor the in-flight count.
+    observed: AtomicBool,
 }
 
 const RECENT_ROWS: usize = 10_000;
@@ -245,6 +250,7 @@ impl Telemetry {
         let log = Arc::new(RecentLog {
             rows: Mutex::new(VecDeque::new()),
             written: watch::Sender::new(0),
+            observed: AtomicBool::new(false),
         });
         let metrics = Arc::new(metrics::Metrics::new(metrics::LabelNames::from_config(
             config,
@@ -355,7 +361,14 @@ impl Telemetry {
         self.settings.when_full == WhenFull::Refuse && self.queue.capacity() == 0
     }
 
-    /// The most recent records, oldest first.
+    /// Keeps the last 10,000 records in memory and counts the requests in flight, for
+    /// [`Self::recent`] and [`Self::wait_idle`]. Tests and the demo turn it on (through
+    /// `server::Gateway`); a production gateway never does, so no request pays for it.
+    pub fn observe(&self) {
+        self.log.observed.store(true, Ordering::Relaxed);
+    }
+
+    /// The most recent records written since [`Self::observe`], oldest first.
     pub fn recent(&self) -> Vec<RequestRecord> {
         self.log.lock().iter().cloned().collect()
     }
@@ -368,7 +381,7 @@ impl Telemetry {
         let _ = written.wait_for(|n| *n >= count).await;
     }
 
-    /// Resolves once no request is in flight.
+    /// Resolves once no request begun since [`Self::observe`] is in flight.
     pub async fn wait_idle(&self) {
         let mut in_flight = self.in_flight.subscribe();
         // The sender lives in `self`, so the channel cannot close while we wait.
@@ -403,6 +416,9 @@ impl RecentLog {
             error = record.error.as_deref().unwrap_or(""),
             "request"
         );
+        if !self.observed.load(Ordering::Relaxed) {
+            return;
+        }
         let mut rows = self.lock();
         if rows.len() == RECENT_ROWS {
             rows.pop_front();
@@ -515,6 +531,40 @@ mod tests {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
         }
+    }
+
+    #[tokio::test]
+    async fn only_an_observed_log_keeps_records_and_counts_requests() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let (telemetry, writer) = Telemetry::start(store.clone(), &Config::parse("").unwrap());
+        let guard = RecordGuard::new(telemetry.clone(), RequestRecord::new("a".into(), false));
+        assert_eq!(
+            *telemetry.in_flight.borrow(),
+            0,
+            "nobody observes: nothing counted"
+        );
+        guard.finish();
+        telemetry.wait_for_rows(1).await;
+        assert!(
+            telemetry.recent().is_empty(),
+            "nobody observes: nothing kept"
+        );
+
+        telemetry.observe();
+        let guard = RecordGuard::new(telemetry.clone(), RequestRecord::new("b".into(), false));
+        assert_eq!(*telemetry.in_flight.borrow(), 1);
+        guard.finish();
+        telemetry.wait_idle().await;
+        telemetry.wait_for_rows(2).await;
+        let ids: Vec<_> = telemetry.recent().into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, ["b"]);
+        drop(telemetry);
+        writer.finish().await;
+        assert_eq!(
+            store.count_log().await.unwrap(),
+            2,
+            "every record is stored either way"
+        );
     }
 
     #[tokio::test]

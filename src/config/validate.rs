@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::backoff::{Backoff, BackoffError};
 use super::raw::*;
 use super::*;
-use crate::router::retry::{Backoff, BackoffError};
 
 /// Parses TOML, naming the path of the field at fault (`routes[2].steps[0].provider`), and
 /// for a syntax or type error also the line and column, with the line and a caret under it.

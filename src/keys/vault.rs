@@ -17,12 +17,8 @@ use super::Secret;
 /// The environment variable that holds the master key.
 pub const MASTER_KEY_ENV: &str = "SWITCHYARD_MASTER_KEY";
 
-/// A secret as the store keeps it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Sealed {
-    pub nonce: Vec<u8>,
-    pub ciphertext: Vec<u8>,
-}
+// The store keeps sealed bytes and knows nothing of sealing, so it owns their type.
+pub use crate::store::Sealed;
 
 /// Why secrets cannot be sealed or opened.
 #[derive(Debug, thiserror::Error)]

@@ -22,8 +22,8 @@ use serde_json::{Map, Value};
 use super::openai::stream::OpenAiSink;
 use super::stream::{StreamTranslator, Translating};
 use super::{
-    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
-    translate_error,
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
+    Usage, translate_error,
 };
 
 /// Anthropic's Messages API.
@@ -49,8 +49,15 @@ impl Adapter for AnthropicAdapter {
                 return Err(super::only_for(request.operation));
             }
             (Operation::CountTokens, _) => {
-                let mut body = request.body.clone();
-                body.insert("model".into(), Value::String(target.model.to_owned()));
+                let model_json = Value::from(target.model).to_string();
+                let body = request
+                    .body
+                    .with_fields(&[("model", &model_json)])
+                    .unwrap_or_else(|| {
+                        let mut body = request.body.tree().clone();
+                        body.insert("model".into(), Value::from(target.model));
+                        super::to_bytes(&body)
+                    });
                 ("v1/messages/count_tokens", body)
             }
             (Operation::Chat, ClientFormat::Anthropic) => (
@@ -59,11 +66,16 @@ impl Adapter for AnthropicAdapter {
             ),
             (Operation::Chat, ClientFormat::OpenAi) => (
                 "v1/messages",
-                encode::from_openai(&request.body, target.model, max_tokens, stream)?,
+                super::to_bytes(&encode::from_openai(
+                    &request.body,
+                    target.model,
+                    max_tokens,
+                    stream,
+                )?),
             ),
         };
         let url = format!("{}/{path}", target.provider.base_url);
-        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream)
+        let mut builder = super::openai::post(target, url, body, stream)
             .header("anthropic-version", &target.provider.anthropic_version);
         // Betas change what Anthropic accepts and answers; the client asked for them.
         if let Some(beta) = &request.anthropic_beta {
@@ -125,8 +137,25 @@ impl Adapter for AnthropicAdapter {
     }
 }
 
-/// An Anthropic client's own request: only `model` rewritten, and `max_tokens` filled in.
-fn passthrough(
+/// An Anthropic client's own bytes: only `model` spliced in, and `max_tokens` filled in when
+/// absent; the body is never rebuilt, unless a field set here is named twice in it.
+fn passthrough(body: &RequestBody, model: &str, default_max_tokens: u32, stream: bool) -> Bytes {
+    let model_json = Value::from(model).to_string();
+    let max_tokens = default_max_tokens.to_string();
+    let mut set = vec![("model", model_json.as_str())];
+    if body.raw_field("max_tokens").is_none() {
+        set.push(("max_tokens", &max_tokens));
+    }
+    if stream && body.raw_field("stream") != Some("true") {
+        set.push(("stream", "true"));
+    }
+    body.with_fields(&set).unwrap_or_else(|| {
+        super::to_bytes(&rebuilt(body.tree(), model, default_max_tokens, stream))
+    })
+}
+
+/// [`passthrough`] on the tree, for bodies that name a field twice.
+fn rebuilt(
     body: &Map<String, Value>,
     model: &str,
     default_max_tokens: u32,
@@ -192,18 +221,38 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn passed(body: &str, stream: bool) -> Value {
+        let body = RequestBody::parse(Bytes::copy_from_slice(body.as_bytes())).unwrap();
+        serde_json::from_slice(&passthrough(&body, "claude-x", 1024, stream)).unwrap()
+    }
+
     #[test]
     fn the_passthrough_rewrites_the_model_and_fills_in_max_tokens() {
-        let body = json!({"model": "smart", "messages": [], "x_future_field": {"a": 1}});
-        let sent = passthrough(body.as_object().unwrap(), "claude-x", 1024, false);
+        let sent = passed(
+            r#"{"model": "smart", "messages": [], "x_future_field": {"a": 1}}"#,
+            false,
+        );
         assert_eq!(
-            Value::Object(sent),
+            sent,
             json!({"model": "claude-x", "messages": [], "x_future_field": {"a": 1}, "max_tokens": 1024})
         );
-        let body = json!({"model": "smart", "max_tokens": 5, "messages": []});
-        let sent = passthrough(body.as_object().unwrap(), "claude-x", 1024, true);
+        let sent = passed(r#"{"model":"smart","max_tokens":5,"messages":[]}"#, true);
         assert_eq!(sent["max_tokens"], 5);
         assert_eq!(sent["stream"], true);
+        // A name given twice: the body is rebuilt, and the model is the step's either way.
+        let sent = passed(r#"{"model":"a","messages":[],"model":"smart"}"#, false);
+        assert_eq!(
+            sent,
+            json!({"model": "claude-x", "messages": [], "max_tokens": 1024})
+        );
+    }
+
+    #[test]
+    fn the_passthrough_sends_the_clients_own_bytes() {
+        let text = "{\"model\" : \"smart\",\n \"messages\":[{\"role\":\"user\",\"content\":\"caf\u{e9} \\u00e9\"}],\"max_tokens\":9}";
+        let body = RequestBody::parse(Bytes::copy_from_slice(text.as_bytes())).unwrap();
+        let sent = passthrough(&body, "claude-x", 1024, false);
+        assert_eq!(sent, text.replace("\"smart\"", "\"claude-x\""));
     }
 
     #[test]

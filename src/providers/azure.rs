@@ -114,7 +114,10 @@ mod tests {
         let legacy = ClientRequest::new(
             ClientFormat::OpenAi,
             Operation::Completions,
-            serde_json::from_str(r#"{"model":"smart","prompt":"Hi"}"#).unwrap(),
+            serde_json::from_str::<crate::providers::RequestBody>(
+                r#"{"model":"smart","prompt":"Hi"}"#,
+            )
+            .unwrap(),
         );
         let built = AzureAdapter
             .request(&target, &legacy, false)

@@ -16,8 +16,8 @@ use super::anthropic::{inbound_request, inbound_response, inbound_stream};
 use super::responses;
 use super::stream::{StreamTranslator, Translating};
 use super::{
-    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, Usage,
-    translate_error,
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
+    Usage, translate_error,
 };
 
 /// The OpenAI-compatible family.
@@ -82,23 +82,63 @@ pub(crate) fn post(
     builder
 }
 
-/// The body an OpenAI-format upstream gets: the client's own when it speaks OpenAI (only
-/// `model` rewritten), else its translation.
+/// The body an OpenAI-format upstream gets: the client's own bytes when it speaks OpenAI
+/// (only `model` spliced in), else its translation.
 pub(crate) fn encode(
     request: &ClientRequest,
     model: &str,
     stream: bool,
 ) -> Result<Bytes, Rejection> {
-    let mut body = match (request.operation, request.format) {
-        (Operation::CountTokens, _) => return Err(super::only_for(request.operation)),
-        (Operation::Chat, ClientFormat::Anthropic) => inbound_request::to_openai(&request.body)?,
-        _ => request.body.clone(),
-    };
-    if request.operation == Operation::Embeddings {
-        body.insert("model".into(), Value::String(model.to_owned()));
-        return Ok(super::to_bytes(&body));
+    match (request.operation, request.format) {
+        (Operation::CountTokens, _) => Err(super::only_for(request.operation)),
+        (Operation::Chat, ClientFormat::Anthropic) => {
+            let mut body = inbound_request::to_openai(&request.body)?;
+            Ok(encode_body(&mut body, model, stream).0)
+        }
+        (Operation::Embeddings, _) => {
+            let model_json = Value::from(model).to_string();
+            Ok(request
+                .body
+                .with_fields(&[("model", &model_json)])
+                .unwrap_or_else(|| {
+                    let mut body = request.body.tree().clone();
+                    body.insert("model".into(), Value::from(model));
+                    super::to_bytes(&body)
+                }))
+        }
+        // Chat and legacy completions from OpenAI clients: their own bytes.
+        _ => Ok(passthrough(&request.body, model, stream)),
     }
-    Ok(encode_body(&mut body, model, stream).0)
+}
+
+/// An OpenAI client's own bytes with `model` spliced in and, for a stream, its
+/// `stream_options` asking for the usage chunk; the body is never rebuilt, unless a field
+/// the gateway sets is named twice in it.
+fn passthrough(body: &RequestBody, model: &str, stream: bool) -> Bytes {
+    let model_json = Value::from(model).to_string();
+    let options = if stream { usage_options(body) } else { None };
+    let mut set = vec![("model", model_json.as_str())];
+    if let Some(options) = &options {
+        set.push(("stream_options", options));
+    }
+    body.with_fields(&set)
+        .unwrap_or_else(|| encode_body(&mut body.tree().clone(), model, stream).0)
+}
+
+/// The `stream_options` a stream is sent with when the client's do not ask for the usage
+/// chunk already; `None` keeps the client's (as also when they are not an object).
+fn usage_options(body: &RequestBody) -> Option<String> {
+    let Some(raw) = body.raw_field("stream_options") else {
+        return Some(r#"{"include_usage":true}"#.to_owned());
+    };
+    let Ok(Value::Object(mut options)) = serde_json::from_str::<Value>(raw) else {
+        return None;
+    };
+    if options.get("include_usage").and_then(Value::as_bool) == Some(true) {
+        return None;
+    }
+    options.insert("include_usage".into(), Value::Bool(true));
+    Some(Value::Object(options).to_string())
 }
 
 /// An OpenAI-format answer in the client's format.
@@ -311,6 +351,46 @@ mod tests {
         )
         .unwrap();
         assert!(!encode_body(&mut asked, "m", true).1);
+    }
+
+    fn spliced(body: &str, stream: bool) -> String {
+        let body = RequestBody::parse(Bytes::copy_from_slice(body.as_bytes())).unwrap();
+        String::from_utf8(passthrough(&body, "m", stream).to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_passthrough_splices_the_clients_bytes() {
+        assert_eq!(
+            spliced(r#"{"model":"r","messages":[], "n": 1.50}"#, false),
+            r#"{"model":"m","messages":[], "n": 1.50}"#
+        );
+        // A stream's options ask for usage: added, completed, or left when already asked.
+        assert_eq!(
+            spliced(r#"{"model":"r","stream":true}"#, true),
+            r#"{"stream_options":{"include_usage":true},"model":"m","stream":true}"#
+        );
+        assert_eq!(
+            spliced(
+                r#"{"model":"r","stream_options":{"include_usage":false}}"#,
+                true
+            ),
+            r#"{"model":"m","stream_options":{"include_usage":true}}"#
+        );
+        let asked = r#"{"stream_options":{"include_usage":true} ,"model":"m"}"#;
+        assert_eq!(spliced(asked, true), asked);
+        // Not an object: left as it came, as the tree's encoding does.
+        assert_eq!(
+            spliced(r#"{"model":"r","stream_options":null}"#, true),
+            r#"{"model":"m","stream_options":null}"#
+        );
+        // A name given twice: the tree's encoding, which takes the last.
+        let twice: Value =
+            serde_json::from_str(&spliced(r#"{"model":"a","stream":true,"model":"b"}"#, true))
+                .unwrap();
+        assert_eq!(
+            twice,
+            serde_json::json!({"model":"m","stream":true,"stream_options":{"include_usage":true}})
+        );
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl Adapter for PassthroughAdapter {
         request: &ClientRequest,
         stream: bool,
     ) -> Result<reqwest::RequestBuilder, Rejection> {
-        let mut body = request.body.clone();
+        let mut body = request.body.tree().clone();
         body.insert("model".into(), Value::String(target.model.to_owned()));
         // The gateway rebuilt the whole input from its own store: the provider needs no
         // state of its own, and may never have seen the earlier turn.

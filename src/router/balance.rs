@@ -11,22 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Picks one of the `(current, weight)` candidates, updating their running `current`
-/// values (the caller keeps them between picks). Returns the chosen candidate's index, or
-/// `None` when there are none.
-pub fn smooth_pick(mut candidates: Vec<(&mut i64, u32)>) -> Option<usize> {
-    let total: i64 = candidates.iter().map(|(_, w)| i64::from(*w)).sum();
-    let mut best: Option<(usize, i64)> = None;
-    for (index, (current, weight)) in candidates.iter_mut().enumerate() {
-        **current += i64::from(*weight);
-        if best.is_none_or(|(_, value)| **current > value) {
-            best = Some((index, **current));
-        }
-    }
-    let (best, _) = best?;
-    *candidates[best].0 -= total;
-    Some(best)
-}
+// Keys rotate by the same rule as deployments; `keys` sits below `router`, so it owns it.
+pub use crate::keys::weighted::smooth_pick;
 
 /// How much one new sample moves the latency estimate.
 const ALPHA: f64 = 0.3;

@@ -1,13 +1,12 @@
 //! Who may send a request, and whether their limits let it in: the checks every API
 //! endpoint makes before routing.
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::response::Response;
+use axum::http::HeaderMap;
 
 use super::AppState;
 use super::error::ApiError;
 use crate::auth::{AuthFailure, Caller, Denied};
-use crate::limits::{Decision, Permit, RateHeaders};
+use crate::limits::{Decision, Permit};
 use crate::telemetry::RecordGuard;
 
 /// The request header that skips step 0, for operators demoing degraded paths.
@@ -82,12 +81,5 @@ pub async fn admit(
     }
 }
 
-/// Adds the `x-ratelimit-*` headers.
-pub fn add_rate_headers(response: &mut Response, headers: &RateHeaders) {
-    let map = response.headers_mut();
-    for (name, value) in headers.pairs() {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            map.insert(HeaderName::from_static(name), value);
-        }
-    }
-}
+// Rate headers are part of the answer's shape, so `error` owns them; admission only uses them.
+pub use super::error::add_rate_headers;

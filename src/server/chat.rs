@@ -11,7 +11,6 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{Map, Value};
 
 use super::AppState;
 use super::admission;
@@ -23,7 +22,7 @@ use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
 use crate::config::Route;
 use crate::limits::Permit;
-use crate::providers::{ClientFormat, ClientRequest, Operation};
+use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, RequestBody};
 use crate::router::breaker::CallerTag;
 use crate::router::chain::{ChainInputs, describe_failures, rate_limited_everywhere};
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
@@ -47,7 +46,7 @@ struct Prepared {
 pub(super) struct Endpoint {
     pub format: ClientFormat,
     pub operation: Operation,
-    pub check: fn(&Map<String, Value>) -> Result<bool, ApiError>,
+    pub check: fn(&RequestBody) -> Result<bool, ApiError>,
 }
 
 const CHAT: Endpoint = Endpoint {
@@ -157,8 +156,8 @@ fn breaker_caller(caller: &Caller) -> CallerTag {
 }
 
 /// `/v1/chat/completions`' own fields.
-fn check_chat(request: &Map<String, Value>) -> Result<bool, ApiError> {
-    if !matches!(request.get("messages"), Some(Value::Array(_))) {
+fn check_chat(request: &RequestBody) -> Result<bool, ApiError> {
+    if request.field_kind("messages") != Some(JsonKind::Array) {
         return Err(ApiError::InvalidRequest {
             message: "`messages` is required and must be an array".into(),
             param: Some("messages"),
@@ -168,10 +167,10 @@ fn check_chat(request: &Map<String, Value>) -> Result<bool, ApiError> {
 }
 
 /// The `stream` field: absent, null or a boolean.
-pub(super) fn stream_flag(request: &Map<String, Value>) -> Result<bool, ApiError> {
-    match request.get("stream") {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(stream)) => Ok(*stream),
+pub(super) fn stream_flag(request: &RequestBody) -> Result<bool, ApiError> {
+    match request.field_kind("stream") {
+        None | Some(JsonKind::Null) => Ok(false),
+        Some(JsonKind::Bool) => Ok(request.raw_field("stream") == Some("true")),
         Some(_) => Err(ApiError::InvalidRequest {
             message: "`stream` must be a boolean".into(),
             param: Some("stream"),
@@ -192,10 +191,10 @@ fn prepare(
         _ if is_body_timeout(&rejection) => ApiError::BodyTimeout,
         _ => ApiError::InvalidJson(rejection.body_text()),
     })?;
-    let request: Map<String, Value> =
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-    let model = match request.get("model") {
-        Some(Value::String(model)) if !model.is_empty() => model,
+    // Only the fields the gateway reads are parsed; the rest stays the client's bytes.
+    let request = RequestBody::parse(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let model = match request.field_as::<String>("model") {
+        Some(model) if !model.is_empty() => model,
         _ => {
             return Err(ApiError::InvalidRequest {
                 message: "`model` is required and must be a non-empty string".into(),
@@ -204,7 +203,7 @@ fn prepare(
         }
     };
     let stream = (endpoint.check)(&request)?;
-    let route = resolve_route(state.config(), state.routes(), model).map_err(|e| match e {
+    let route = resolve_route(state.config(), state.routes(), &model).map_err(|e| match e {
         RouteError::Unknown => ApiError::UnknownModel(model.clone()),
         RouteError::BadModelName(why) => ApiError::InvalidRequest {
             message: why.into(),
@@ -213,7 +212,7 @@ fn prepare(
     })?;
     Ok(Prepared {
         route,
-        model: model.clone(),
+        model,
         request: ClientRequest {
             format: endpoint.format,
             operation: endpoint.operation,
@@ -238,7 +237,7 @@ async fn route_json(
     let deadline = guard.started() + state.config().retry.request_deadline;
     let mut attempter = JsonAttempter {
         client: &state.client,
-        request: prepared.request.clone(),
+        request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
         deadline,
         max_body_bytes: state.config().server.max_upstream_body_bytes,
@@ -274,7 +273,7 @@ async fn route_json(
             (upstream_response(reply), Some((step, Outcome::Error)))
         }
         ChainEnd::Exhausted => {
-            return exhausted(&prepared.route, run, guard, &prepared.request, false);
+            return exhausted(&prepared.route, run, guard, &attempter.request, false);
         }
     };
     finish(response, &prepared.route, &run, served, guard)
@@ -287,7 +286,6 @@ async fn route_stream(
     permit: Permit,
 ) -> Response {
     let deadline = guard.started() + state.config().retry.request_deadline;
-    let request = prepared.request.clone();
     let mut attempter = StreamAttempter {
         client: &state.client,
         request: prepared.request,
@@ -351,7 +349,7 @@ async fn route_stream(
                 guard,
             )
         }
-        ChainEnd::Exhausted => exhausted(&prepared.route, run, guard, &request, true),
+        ChainEnd::Exhausted => exhausted(&prepared.route, run, guard, &attempter.request, true),
     }
 }
 

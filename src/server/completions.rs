@@ -7,13 +7,13 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::AppState;
 use super::chat::{Endpoint, handle, stream_flag};
 use super::error::ApiError;
 use super::listener::ClientAddr;
-use crate::providers::{ClientFormat, Operation};
+use crate::providers::{ClientFormat, Operation, RequestBody};
 
 const COMPLETIONS: Endpoint = Endpoint {
     format: ClientFormat::OpenAi,
@@ -31,7 +31,7 @@ pub async fn completions(
 }
 
 /// The legacy API's one required field besides `model`.
-fn check_completion(request: &Map<String, Value>) -> Result<bool, ApiError> {
+fn check_completion(request: &RequestBody) -> Result<bool, ApiError> {
     match request.get("prompt") {
         Some(Value::String(_) | Value::Array(_)) => stream_flag(request),
         _ => Err(ApiError::InvalidRequest {

@@ -7,13 +7,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Map, Value};
 
 use super::AppState;
 use super::chat::{Endpoint, handle};
 use super::error::ApiError;
 use super::listener::ClientAddr;
-use crate::providers::{ClientFormat, Operation};
+use crate::providers::{ClientFormat, JsonKind, Operation, RequestBody};
 
 const EMBEDDINGS: Endpoint = Endpoint {
     format: ClientFormat::OpenAi,
@@ -31,10 +30,10 @@ pub async fn embeddings(
 }
 
 /// `input` is a string, or an array (of strings, or of token ids); embeddings never stream.
-fn check_embeddings(request: &Map<String, Value>) -> Result<bool, ApiError> {
-    match request.get("input") {
-        Some(Value::String(_)) => Ok(false),
-        Some(Value::Array(items)) if !items.is_empty() => Ok(false),
+fn check_embeddings(request: &RequestBody) -> Result<bool, ApiError> {
+    match request.field_kind("input") {
+        Some(JsonKind::String) => Ok(false),
+        Some(JsonKind::Array) if !request.is_empty_array("input") => Ok(false),
         _ => Err(ApiError::InvalidRequest {
             message: "`input` is required: a string or a non-empty array".into(),
             param: Some("input"),

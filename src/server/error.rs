@@ -1,11 +1,11 @@
 //! The one error type handlers return, answered in OpenAI's error shape.
 
 use axum::Json;
-use axum::http::StatusCode;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::limits::Refusal;
+use crate::limits::{RateHeaders, Refusal};
 use crate::providers::{self, ClientFormat};
 
 /// Whole seconds to wait, rounded up: a client that waits this long will be admitted.
@@ -204,7 +204,7 @@ impl ApiError {
             );
         }
         if let ApiError::RateLimited(refusal) = &self {
-            super::admission::add_rate_headers(&mut response, &refusal.headers);
+            add_rate_headers(&mut response, &refusal.headers);
             retry_headers(response.headers_mut(), refusal.retry_after);
         }
         if let ApiError::UpstreamRateLimited { retry_after, .. } = &self {
@@ -225,5 +225,15 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         self.into_response_for(ClientFormat::OpenAi)
+    }
+}
+
+/// Adds the `x-ratelimit-*` headers.
+pub fn add_rate_headers(response: &mut Response, headers: &RateHeaders) {
+    let map = response.headers_mut();
+    for (name, value) in headers.pairs() {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            map.insert(HeaderName::from_static(name), value);
+        }
     }
 }

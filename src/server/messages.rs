@@ -7,13 +7,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
-use serde_json::{Map, Value};
 
 use super::AppState;
 use super::chat::{Endpoint, handle, stream_flag};
 use super::error::ApiError;
 use super::listener::ClientAddr;
-use crate::providers::{ClientFormat, Operation};
+use crate::providers::{ClientFormat, JsonKind, Operation, RequestBody};
 
 const MESSAGES: Endpoint = Endpoint {
     format: ClientFormat::Anthropic,
@@ -39,7 +38,7 @@ pub async fn count_tokens(
 }
 
 /// A count takes the message's fields but never streams.
-fn check_count_tokens(request: &Map<String, Value>) -> Result<bool, ApiError> {
+fn check_count_tokens(request: &RequestBody) -> Result<bool, ApiError> {
     check_message(request)?;
     Ok(false)
 }
@@ -55,16 +54,19 @@ pub async fn messages(
 
 /// The Messages API's own fields. `max_tokens` may be left out: Anthropic steps fill in the
 /// provider's `default_max_tokens`, and other providers do not need it.
-fn check_message(request: &Map<String, Value>) -> Result<bool, ApiError> {
-    if !matches!(request.get("messages"), Some(Value::Array(_))) {
+fn check_message(request: &RequestBody) -> Result<bool, ApiError> {
+    if request.field_kind("messages") != Some(JsonKind::Array) {
         return Err(ApiError::InvalidRequest {
             message: "messages: Field required (an array of turns)".into(),
             param: Some("messages"),
         });
     }
-    match request.get("max_tokens") {
+    match request.raw_field("max_tokens") {
         None => {}
-        Some(max) if max.as_u64().is_some_and(|m| m >= 1) => {}
+        Some(_)
+            if request
+                .field_as::<u64>("max_tokens")
+                .is_some_and(|m| m >= 1) => {}
         Some(_) => {
             return Err(ApiError::InvalidRequest {
                 message: "max_tokens: must be an integer of at least 1".into(),
@@ -72,8 +74,8 @@ fn check_message(request: &Map<String, Value>) -> Result<bool, ApiError> {
             });
         }
     }
-    match request.get("system") {
-        None | Some(Value::String(_)) | Some(Value::Array(_)) => {}
+    match request.field_kind("system") {
+        None | Some(JsonKind::String) | Some(JsonKind::Array) => {}
         Some(_) => {
             return Err(ApiError::InvalidRequest {
                 message: "system: must be a string or an array of text blocks".into(),

@@ -15,7 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::AppState;
 use super::chat::{Endpoint, handle, stream_flag};
@@ -23,7 +23,7 @@ use super::error::ApiError;
 use super::listener::ClientAddr;
 use crate::auth::Caller;
 use crate::providers::responses::request::unknown_field;
-use crate::providers::{ClientFormat, Operation};
+use crate::providers::{ClientFormat, Operation, RequestBody};
 
 pub(super) use state::{after, before};
 
@@ -43,7 +43,7 @@ pub async fn create(
 }
 
 /// A Responses request's own fields: all known, `input` a string or items.
-fn check_responses(request: &Map<String, Value>) -> Result<bool, ApiError> {
+fn check_responses(request: &RequestBody) -> Result<bool, ApiError> {
     if let Some(field) = unknown_field(request) {
         return Err(ApiError::UnknownField(field.to_owned()));
     }

@@ -61,12 +61,17 @@ pub struct RecordGuard {
     /// The record's place in the queue, reserved when the request arrived.
     place: Option<OwnedPermit<Entry>>,
     durable: Option<Arc<DurableState>>,
+    /// Counted in flight, for tests that wait for idle ([`Telemetry::observe`]).
+    counted: bool,
 }
 
 impl RecordGuard {
     /// Starts the record of a request that just arrived, reserving its place in the queue.
     pub fn new(telemetry: Telemetry, record: RequestRecord) -> RecordGuard {
-        telemetry.in_flight.send_modify(|n| *n += 1);
+        let counted = telemetry.log.observed.load(Ordering::Relaxed);
+        if counted {
+            telemetry.in_flight.send_modify(|n| *n += 1);
+        }
         let place = telemetry.queue.clone().try_reserve_owned().ok();
         let durable = (telemetry.settings.durability == Durability::Fsync)
             .then(|| Arc::new(DurableState::default()));
@@ -76,6 +81,16 @@ impl RecordGuard {
             started: tokio::time::Instant::now(),
             place,
             durable,
+            counted,
+        }
+    }
+
+    /// No longer in flight.
+    fn leave(&mut self) {
+        if std::mem::take(&mut self.counted) {
+            self.telemetry
+                .in_flight
+                .send_modify(|n| *n = n.saturating_sub(1));
         }
     }
 
@@ -90,9 +105,7 @@ impl RecordGuard {
     pub fn refuse(mut self) {
         self.record = None;
         self.telemetry.metrics.log_requests_refused.inc();
-        self.telemetry
-            .in_flight
-            .send_modify(|n| *n = n.saturating_sub(1));
+        self.leave();
     }
 
     /// What the answer waits on before it leaves, with `[log] durability = "fsync"`.
@@ -121,9 +134,7 @@ impl RecordGuard {
     pub fn discard(mut self) {
         self.durable = None;
         if self.record.take().is_some() {
-            self.telemetry
-                .in_flight
-                .send_modify(|n| *n = n.saturating_sub(1));
+            self.leave();
         }
     }
 
@@ -141,9 +152,7 @@ impl RecordGuard {
                 }
                 None => self.telemetry.enqueue(entry),
             }
-            self.telemetry
-                .in_flight
-                .send_modify(|n| *n = n.saturating_sub(1));
+            self.leave();
         }
     }
 }

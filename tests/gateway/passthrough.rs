@@ -221,3 +221,44 @@ async fn metrics_count_requests_by_route_and_outcome() {
         "{text}"
     );
 }
+
+/// Posts `body` as it is written, byte for byte.
+async fn post_raw(gateway: &switchyard::server::Gateway, body: &'static str) -> reqwest::Response {
+    client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn passthrough_sends_the_clients_own_bytes_with_only_the_model_spliced_in() {
+    let fake = FakeUpstream::new("up").cycle().start().await.unwrap();
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &fake),
+        route("smart", &[("up", "gpt-x")], "")
+    ))
+    .await;
+    // Key order, spacing, escapes and number spellings as a client wrote them, and a nested
+    // `model` that is not the request's.
+    let body = "{\"temperature\": 1.50, \"model\" : \"smart\",\n \"messages\":[{\"role\":\"user\",\
+                \"content\":\"caf\\u00e9 \\\"q\\\"\",\"model\":\"smart\"}], \"n\":1e0}";
+    let response = post_raw(&gateway, body).await;
+    assert_eq!(response.status(), 200);
+    let expected = body.replacen("\"smart\"", "\"gpt-x\"", 1);
+    assert_eq!(fake.requests()[0].body, expected);
+
+    // A stream asks for the usage chunk, added in front; the rest is as it came.
+    let body = "{\"model\":\"smart\", \"stream\":true, \"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    let response = post_raw(&gateway, body).await;
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap();
+    assert_eq!(
+        fake.requests()[1].body,
+        "{\"stream_options\":{\"include_usage\":true},\"model\":\"gpt-x\", \"stream\":true, \
+         \"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+    );
+}

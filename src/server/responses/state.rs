@@ -47,9 +47,9 @@ pub async fn before(
         }
         _ => {}
     }
-    request
-        .body
-        .insert("input".into(), Value::Array(input.clone()));
+    let mut body = request.body.tree().clone();
+    body.insert("input".into(), Value::Array(input.clone()));
+    request.body = body.into();
     let store = request.body.get("store") != Some(&Value::Bool(false));
     Ok(Plan {
         store: store.then(|| state.store.clone()),

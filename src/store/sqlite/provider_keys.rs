@@ -3,7 +3,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{SqliteStore, bump_generation};
-use crate::keys::vault::Sealed;
+use crate::store::Sealed;
 use crate::store::{KeyState, NewProviderKey, ProviderKeyRow, StoreError, now_ms};
 
 impl SqliteStore {

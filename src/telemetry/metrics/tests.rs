@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::config::{ModelName, ProviderId, RouteName};
-use crate::router::FailureClass;
+use crate::telemetry::FailureClass;
 use crate::telemetry::{AttemptRecord, Outcome};
 
 /// What the parser should read back for a configured name: controls other than newline

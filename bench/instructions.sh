@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Instructions per request through the gateway, counted by callgrind: repeatable on a busy
+# machine, where times are not.
+#
+#   bash bench/instructions.sh                 # from the repository root
+#   INSTR_REQUESTS=50 bash bench/instructions.sh
+#
+# The gateway runs under `valgrind --tool=callgrind` in front of nginx (which is not counted).
+# For each scenario it takes INSTR_WARMUP requests, zeroes the counters, sends INSTR_REQUESTS
+# requests one at a time on one keep-alive connection, waits for the request log's writer to
+# settle, and dumps the counters: instructions per request = total / requests. The count
+# covers every thread of the gateway (handler, HTTP client, log writer), so the log's cost is
+# in it. See bench/README.md.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+INSTR_REQUESTS=${INSTR_REQUESTS:-200}    # measured requests per scenario
+INSTR_WARMUP=${INSTR_WARMUP:-20}         # unmeasured requests before each scenario
+INSTR_EVENTS=${INSTR_EVENTS:-500}        # content events in the stream scenario
+INSTR_SIZES=${INSTR_SIZES:-"64 4k 32k 128k"}
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-instr.XXXXXX")
+PIDS=()
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+
+for var in INSTR_REQUESTS INSTR_WARMUP INSTR_EVENTS; do
+    [[ ${!var} =~ ^[1-9][0-9]*$ ]] || die "$var must be a positive whole number, not '${!var}'"
+done
+
+cleanup() {
+    local status=$? pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    if ((status != 0)); then
+        for f in "$WORK"/*.err; do
+            [[ -s $f ]] && { printf '[bench] --- %s ---\n' "$f" >&2; tail -n 20 "$f" >&2; }
+        done
+    fi
+    if [[ ${BENCH_KEEP:-0} == 1 ]]; then log "raw results kept in $WORK"; else rm -rf "$WORK"; fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+command -v python3 >/dev/null || die "python3 is required"
+need valgrind valgrind
+need callgrind_control valgrind
+
+# BENCH_BIN measures a binary built elsewhere (another commit, for a before/after pair).
+if [[ -n ${BENCH_BIN:-} ]]; then
+    BIN=$BENCH_BIN
+else
+    log "building the release binary (cargo build --release)"
+    cargo build --release >&2
+    BIN="${CARGO_TARGET_DIR:-target}/release/switchyard"
+fi
+[[ -x $BIN ]] || die "no binary at $BIN"
+
+start_nginx "$INSTR_EVENTS"
+GW_PORT=$(free_port)
+write_gateway_config "$GW_PORT"
+gateway_env=(SWITCHYARD_MASTER_KEY="$(master_key)" NO_COLOR=1)
+# At its default log level unless told, as users run it (one line per request, off the path).
+[[ -n ${BENCH_GATEWAY_LOG:-} ]] && gateway_env+=(SWITCHYARD_LOG="$BENCH_GATEWAY_LOG")
+env "${gateway_env[@]}" valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
+    "$BIN" serve --config "$WORK/gateway.toml" >"$WORK/gateway.out" 2>"$WORK/gateway.err" &
+GW_PID=$!
+PIDS+=("$GW_PID")
+wait_for_port "$GW_PORT" "$GW_PID" 300
+log "gateway under callgrind (pid $GW_PID) on 127.0.0.1:$GW_PORT"
+
+# The newest dump's total instruction count ("totals:" line of the last dump file).
+dump_total() {
+    callgrind_control -d "$GW_PID" >/dev/null
+    local file
+    file=$(ls -t "$WORK"/callgrind.out.* | head -n 1)
+    awk '/^(totals|summary):/ { print $2; exit }' "$file"
+}
+
+URL=http://127.0.0.1:$GW_PORT/v1/chat/completions
+printf '%-22s %10s %16s %18s\n' scenario requests "instr/request" "instr/event"
+# scenario NAME BODY_FILE [--stream]
+scenario() {
+    local name=$1 body=$2 stream=${3:-}
+    python3 bench/send.py "$URL" "$body" "$INSTR_WARMUP" $stream >/dev/null
+    sleep 1 # let the log writer commit the warm-up's batch before counting
+    callgrind_control -z "$GW_PID" >/dev/null
+    local events
+    events=$(python3 bench/send.py "$URL" "$body" "$INSTR_REQUESTS" $stream)
+    sleep 1 # the writer's batch for these requests belongs to them
+    local total per_request per_event=-
+    total=$(dump_total)
+    [[ $total =~ ^[0-9]+$ ]] || die "no instruction total for $name"
+    per_request=$((total / INSTR_REQUESTS))
+    if [[ -n $stream ]]; then per_event=$((total / events)); fi
+    printf '%-22s %10d %16d %18s\n' "$name" "$INSTR_REQUESTS" "$per_request" "$per_event"
+    [[ -n ${INSTR_JSON:-} ]] && printf '{"scenario":"%s","requests":%d,"instructions":%d,"per_request":%d,"per_event":"%s"}\n' \
+        "$name" "$INSTR_REQUESTS" "$total" "$per_request" "$per_event" >>"$INSTR_JSON"
+    return 0
+}
+
+for size in $INSTR_SIZES; do
+    python3 bench/bodies.py chat "$size" bench >"$WORK/body-$size.json"
+    scenario "json $size" "$WORK/body-$size.json"
+done
+python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/body-stream.json"
+scenario "stream 4k, $INSTR_EVENTS events" "$WORK/body-stream.json" --stream

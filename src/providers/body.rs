@@ -1,0 +1,302 @@
+//! A client's request body: its bytes as they came, where each top-level field's value lies
+//! in them, and the whole JSON tree only when a translation asks for it.
+//!
+//! The gateway reads a handful of fields (`model`, `stream`, `stream_options`, `max_tokens`,
+//! an endpoint's required ones) and, when the client's format is the step's, sends the
+//! client's own bytes with `model` spliced in. Building a tree of a 100 KB conversation, and
+//! writing it out again, would cost ten times the rest of the request, so it happens only
+//! for steps that translate (through [`Deref`] to the tree, parsed once on first use).
+
+use std::borrow::Cow;
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::OnceLock;
+
+use bytes::{Bytes, BytesMut};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// What kind of JSON value a field holds, read from its first byte.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JsonKind {
+    /// `{...}`
+    Object,
+    /// `[...]`
+    Array,
+    /// `"..."`
+    String,
+    /// `true` or `false`
+    Bool,
+    /// `null`
+    Null,
+    /// Any number.
+    Number,
+}
+
+/// A client's JSON object body, read only as far as the gateway needs.
+pub struct RequestBody {
+    raw: Bytes,
+    /// Each top-level field's name and the byte range of its value in `raw`, in order.
+    fields: Vec<(Box<str>, Range<usize>)>,
+    /// A name occurs more than once: a splice could leave the other one in place.
+    duplicates: bool,
+    /// The whole body as a tree, parsed on first use by a translation.
+    tree: OnceLock<Map<String, Value>>,
+}
+
+impl RequestBody {
+    /// Checks that `raw` is one JSON object (all of it, nested values included) and notes
+    /// where its top-level fields lie, without building any of their values.
+    pub fn parse(raw: Bytes) -> Result<RequestBody, serde_json::Error> {
+        let TopLevel(found) = serde_json::from_slice(&raw)?;
+        if let Some(at) = lone_surrogate(&raw) {
+            return Err(<serde_json::Error as serde::de::Error>::custom(format!(
+                "lone surrogate in a \\u escape at byte {at}"
+            )));
+        }
+        let base = raw.as_ptr() as usize;
+        let mut fields: Vec<(Box<str>, Range<usize>)> = Vec::with_capacity(found.len());
+        let mut duplicates = false;
+        for (name, value) in found {
+            // The raw value borrows from `raw`: its offset is where it starts there.
+            let start = value.get().as_ptr() as usize - base;
+            duplicates |= fields.iter().any(|(seen, _)| **seen == *name);
+            fields.push((name.into(), start..start + value.get().len()));
+        }
+        Ok(RequestBody {
+            raw,
+            fields,
+            duplicates,
+            tree: OnceLock::new(),
+        })
+    }
+
+    /// The body's bytes as the client sent them.
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// A top-level field's value as JSON text; the last one when the name repeats, as a
+    /// JSON object reads.
+    pub fn raw_field(&self, name: &str) -> Option<&str> {
+        let (_, range) = self.fields.iter().rev().find(|(n, _)| **n == *name)?;
+        // The range came from a `&str` the parser checked, so it is UTF-8 on char bounds.
+        std::str::from_utf8(&self.raw[range.clone()]).ok()
+    }
+
+    /// The kind of a top-level field's value.
+    pub fn field_kind(&self, name: &str) -> Option<JsonKind> {
+        let first = self.raw_field(name)?.as_bytes().first()?;
+        Some(match first {
+            b'{' => JsonKind::Object,
+            b'[' => JsonKind::Array,
+            b'"' => JsonKind::String,
+            b't' | b'f' => JsonKind::Bool,
+            b'n' => JsonKind::Null,
+            _ => JsonKind::Number,
+        })
+    }
+
+    /// A top-level field read as `T`; `None` when absent or of another type.
+    pub fn field_as<'a, T: Deserialize<'a>>(&'a self, name: &str) -> Option<T> {
+        serde_json::from_str(self.raw_field(name)?).ok()
+    }
+
+    /// Whether a top-level field holds an empty array (`[]`, spaces allowed).
+    pub fn is_empty_array(&self, name: &str) -> bool {
+        self.raw_field(name)
+            .and_then(|raw| raw.strip_prefix('['))
+            .is_some_and(|rest| rest.trim_start().starts_with(']'))
+    }
+
+    /// The client's bytes with top-level fields set: each `(name, json)` replaces that
+    /// field's value, or is added when absent. `None` when a name repeats in the body, where
+    /// only a rebuilt tree says for sure which value a reader takes.
+    pub fn with_fields(&self, set: &[(&str, &str)]) -> Option<Bytes> {
+        if self.duplicates {
+            return None;
+        }
+        let mut replaced: Vec<(Range<usize>, &str)> = Vec::with_capacity(set.len());
+        let mut added = String::new();
+        for &(name, json) in set {
+            match self.fields.iter().find(|(n, _)| **n == *name) {
+                Some((_, range)) => replaced.push((range.clone(), json)),
+                None => {
+                    added.push_str(&serde_json::to_string(name).ok()?);
+                    added.push(':');
+                    added.push_str(json);
+                    added.push(',');
+                }
+            }
+        }
+        if !added.is_empty() {
+            // Added fields go first, right after the brace; the comma only when others follow.
+            let open = self.raw.iter().position(|&b| b == b'{')? + 1;
+            if self.fields.is_empty() {
+                added.pop();
+            }
+            replaced.push((open..open, added.as_str()));
+        }
+        replaced.sort_by_key(|(range, _)| range.start);
+        let growth: usize = replaced.iter().map(|(_, json)| json.len()).sum();
+        let mut out = BytesMut::with_capacity(self.raw.len() + growth);
+        let mut at = 0;
+        for (range, json) in &replaced {
+            out.extend_from_slice(&self.raw[at..range.start]);
+            out.extend_from_slice(json.as_bytes());
+            at = range.end;
+        }
+        out.extend_from_slice(&self.raw[at..]);
+        Some(out.freeze())
+    }
+
+    /// The whole body as a tree, parsed once on first use.
+    pub fn tree(&self) -> &Map<String, Value> {
+        // `parse` checked the bytes are one JSON object, so this parse cannot fail.
+        self.tree
+            .get_or_init(|| serde_json::from_slice(&self.raw).unwrap_or_default())
+    }
+}
+
+/// Where `raw` (valid JSON) has a `\u` escape of a UTF-16 surrogate that is not one half of
+/// a pair. The raw values `parse` reads skip over escapes, and a tree refuses these, so a
+/// translation could not read the body. `\u` is rare in chat bodies, and the search for it
+/// is a vectorised scan, so this costs next to nothing per request.
+fn lone_surrogate(raw: &[u8]) -> Option<usize> {
+    let mut awaiting_low = false;
+    let mut last_end = 0;
+    for at in memchr::memmem::find_iter(raw, b"\\u") {
+        // An escape only if the backslash is not itself escaped: an odd run of them.
+        let run = raw[..=at].iter().rev().take_while(|&&b| b == b'\\').count();
+        if run % 2 == 0 {
+            continue;
+        }
+        let unit = raw
+            .get(at + 2..at + 6)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u16::from_str_radix(hex, 16).ok())?;
+        let adjacent = at == last_end;
+        match unit {
+            0xD800..=0xDBFF if awaiting_low => return Some(at),
+            0xD800..=0xDBFF => awaiting_low = true,
+            0xDC00..=0xDFFF if awaiting_low && adjacent => awaiting_low = false,
+            0xDC00..=0xDFFF => return Some(at),
+            _ if awaiting_low => return Some(at),
+            _ => {}
+        }
+        last_end = at + 6;
+        if awaiting_low && raw.get(last_end..last_end + 2) != Some(b"\\u") {
+            return Some(at);
+        }
+    }
+    None
+}
+
+/// Translations read the body as the tree they always did.
+impl Deref for RequestBody {
+    type Target = Map<String, Value>;
+
+    fn deref(&self) -> &Map<String, Value> {
+        self.tree()
+    }
+}
+
+/// A body built in code (tests, the fuzzer): its bytes are the tree's serialization.
+impl From<Map<String, Value>> for RequestBody {
+    fn from(tree: Map<String, Value>) -> RequestBody {
+        let raw = Bytes::from(serde_json::to_vec(&tree).unwrap_or_default());
+        let body = RequestBody::parse(raw).unwrap_or_else(|_| RequestBody {
+            raw: Bytes::from_static(b"{}"),
+            fields: Vec::new(),
+            duplicates: false,
+            tree: OnceLock::new(),
+        });
+        let _ = body.tree.set(tree);
+        body
+    }
+}
+
+/// Read as a JSON object, as tests and the fuzzer build bodies.
+impl<'de> Deserialize<'de> for RequestBody {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Map::<String, Value>::deserialize(deserializer).map(RequestBody::from)
+    }
+}
+
+impl Clone for RequestBody {
+    fn clone(&self) -> RequestBody {
+        RequestBody {
+            raw: self.raw.clone(),
+            fields: self.fields.clone(),
+            duplicates: self.duplicates,
+            tree: self.tree.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RequestBody")
+            .field(&String::from_utf8_lossy(&self.raw))
+            .finish()
+    }
+}
+
+/// The top level of a JSON object: each field's name and its value left unparsed.
+struct TopLevel<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for TopLevel<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(TopLevelVisitor)
+    }
+}
+
+struct TopLevelVisitor;
+
+impl<'de> Visitor<'de> for TopLevelVisitor {
+    type Value = TopLevel<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel<'de>, A::Error> {
+        let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(Name(name)) = map.next_key()? {
+            let value: &'de RawValue = map.next_value()?;
+            fields.push((name, value));
+        }
+        Ok(TopLevel(fields))
+    }
+}
+
+/// A field name, borrowed unless it had escapes to undo.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(NameVisitor)
+    }
+}
+
+struct NameVisitor;
+
+impl<'de> Visitor<'de> for NameVisitor {
+    type Value = Name<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a field name")
+    }
+
+    fn visit_borrowed_str<E>(self, name: &'de str) -> Result<Name<'de>, E> {
+        Ok(Name(Cow::Borrowed(name)))
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Name<'de>, E> {
+        Ok(Name(Cow::Owned(name.to_owned())))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,136 @@
+use super::*;
+
+fn parsed(text: &str) -> RequestBody {
+    RequestBody::parse(Bytes::copy_from_slice(text.as_bytes())).unwrap()
+}
+
+fn json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+#[test]
+fn only_one_whole_json_object_parses() {
+    for bad in [
+        "[1]",
+        "\"x\"",
+        "1",
+        "{",
+        "{\"a\":1} x",
+        "{\"a\":[1,}",
+        "",
+        "{\"a\":\"\u{0}\"}",
+    ] {
+        assert!(RequestBody::parse(Bytes::from(bad)).is_err(), "{bad:?}");
+    }
+    // Nested values are checked too, though none of them is built.
+    assert!(RequestBody::parse(Bytes::from_static(b"{\"m\":[{\"a\":tru}]}")).is_err());
+    assert!(RequestBody::parse(Bytes::from_static(b"{\"m\":\"\xff\"}")).is_err());
+}
+
+#[test]
+fn reads_top_level_fields_without_building_them() {
+    let body = parsed(
+        r#" { "model" : "gpt" , "stream":true, "messages":[ ],"n":2,"o":{"a":1},"s":null }"#,
+    );
+    assert_eq!(body.raw_field("model"), Some(r#""gpt""#));
+    assert_eq!(body.field_as::<String>("model").as_deref(), Some("gpt"));
+    assert_eq!(body.field_kind("stream"), Some(JsonKind::Bool));
+    assert_eq!(body.field_kind("messages"), Some(JsonKind::Array));
+    assert!(body.is_empty_array("messages"));
+    assert_eq!(body.field_kind("n"), Some(JsonKind::Number));
+    assert_eq!(body.field_kind("o"), Some(JsonKind::Object));
+    assert_eq!(body.field_kind("s"), Some(JsonKind::Null));
+    assert_eq!(body.field_kind("absent"), None);
+    assert!(body.tree.get().is_none(), "nothing read the tree");
+    assert_eq!(
+        body.get("n"),
+        Some(&Value::from(2)),
+        "the tree, on first use"
+    );
+}
+
+#[test]
+fn a_repeated_name_reads_as_its_last_value_and_is_never_spliced() {
+    let body = parsed(r#"{"model":"a","model":"b"}"#);
+    assert_eq!(body.field_as::<String>("model").as_deref(), Some("b"));
+    assert_eq!(body.get("model"), Some(&Value::from("b")));
+    assert_eq!(body.with_fields(&[("model", "\"c\"")]), None);
+}
+
+#[test]
+fn escaped_names_are_the_names_they_spell() {
+    let body = parsed(r#"{"mo\u0064el":"a"}"#);
+    assert_eq!(body.field_as::<String>("model").as_deref(), Some("a"));
+    let out = body.with_fields(&[("model", "\"b\"")]).unwrap();
+    assert_eq!(json(&out), serde_json::json!({"model": "b"}));
+}
+
+#[test]
+fn a_splice_changes_only_the_fields_it_sets() {
+    let text = "{\"messages\":[{\"role\":\"user\",\"content\":\"model: \\\"x\\\" caf\u{e9} \\u00e9\",\"model\":\"inner\"}],\n  \"model\" :\t\"route\" , \"temperature\":0.20}";
+    let body = parsed(text);
+    let out = body.with_fields(&[("model", "\"gpt-4o\"")]).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        text.replace("\"route\"", "\"gpt-4o\""),
+        "every other byte as it came, nested `model` keys included"
+    );
+}
+
+#[test]
+fn absent_fields_are_added_at_the_front() {
+    let body = parsed(r#"  {"model":"a","messages":[]}"#);
+    let out = body
+        .with_fields(&[
+            ("model", "\"b\""),
+            ("max_tokens", "1024"),
+            ("stream", "true"),
+        ])
+        .unwrap();
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"  {"max_tokens":1024,"stream":true,"model":"b","messages":[]}"#
+    );
+    let empty = parsed("{ }")
+        .with_fields(&[("a", "1"), ("b", "2")])
+        .unwrap();
+    assert_eq!(json(&empty), serde_json::json!({"a": 1, "b": 2}));
+}
+
+#[test]
+fn a_body_built_in_code_keeps_its_tree() {
+    let mut tree = Map::new();
+    tree.insert("model".into(), Value::from("m"));
+    let body = RequestBody::from(tree.clone());
+    assert_eq!(*body, tree);
+    assert_eq!(body.raw_field("model"), Some("\"m\""));
+}
+
+#[test]
+fn whatever_the_tree_refuses_is_refused_up_front() {
+    // serde_json's raw values skip over a check a tree makes: a lone surrogate escape. A body
+    // a translation could not read is a 400 here, never an empty conversation sent on.
+    for bad in [
+        r#"{"a":"\ud800"}"#,
+        r#"{"a":"x\udc00y"}"#,
+        r#"{"a":"\ud800\u0041"}"#,
+        r#"{"m":[{"c":"\uDBFF"}]}"#,
+        r#"{"a\udfff":1}"#,
+    ] {
+        assert!(
+            serde_json::from_str::<Map<String, Value>>(bad).is_err(),
+            "{bad}: serde_json refuses it as a tree"
+        );
+        assert!(RequestBody::parse(Bytes::from(bad)).is_err(), "{bad}");
+    }
+    for good in [
+        r#"{"a":"\ud83d\ude00"}"#,
+        r#"{"a":"\\ud800"}"#,
+        r#"{"a":"\\\\\ud83d\ude00"}"#,
+        r#"{"a":1e300,"b":"e400"}"#,
+        r#"{"a":12345678901234567890123}"#,
+    ] {
+        let tree: Map<String, Value> = serde_json::from_str(good).unwrap();
+        assert_eq!(parsed(good).tree(), &tree, "{good}");
+    }
+}
