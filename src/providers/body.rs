@@ -41,8 +41,9 @@ pub struct RequestBody {
     fields: Vec<(Box<str>, Range<usize>)>,
     /// A name occurs more than once: a splice could leave the other one in place.
     duplicates: bool,
-    /// The whole body as a tree, parsed on first use by a translation.
-    tree: OnceLock<Map<String, Value>>,
+    /// The whole body as a tree, parsed on first use by a translation; why not, when the
+    /// bytes cannot make one (see [`RequestBody::unreadable`]).
+    tree: OnceLock<Result<Map<String, Value>, String>>,
 }
 
 impl RequestBody {
@@ -151,11 +152,28 @@ impl RequestBody {
         Some(out.freeze())
     }
 
-    /// The whole body as a tree, parsed once on first use.
+    /// The whole body as a tree, parsed once on first use; empty when the bytes cannot make
+    /// one, which [`RequestBody::unreadable`] then reports.
     pub fn tree(&self) -> &Map<String, Value> {
-        // `parse` checked the bytes are one JSON object, so this parse cannot fail.
-        self.tree
-            .get_or_init(|| serde_json::from_slice(&self.raw).unwrap_or_default())
+        static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+        let tree = self
+            .tree
+            .get_or_init(|| serde_json::from_slice(&self.raw).map_err(|e| e.to_string()));
+        tree.as_ref().unwrap_or(&EMPTY)
+    }
+
+    /// Why the tree a translation asked for could not be built, if it could not. `parse`
+    /// checks the bytes are one JSON object, but not what only a tree checks (a number past a
+    /// float's range): doing that for every request would cost what the splice saves, so an
+    /// attempt that translated asks here after reading, and never sends an empty body.
+    pub fn unreadable(&self) -> Option<&str> {
+        self.tree.get()?.as_ref().err().map(String::as_str)
+    }
+
+    /// Builds the tree now, for a reader that needs it whole, and says why it could not.
+    pub fn tree_error(&self) -> Option<&str> {
+        self.tree();
+        self.unreadable()
     }
 }
 
@@ -212,7 +230,7 @@ impl From<Map<String, Value>> for RequestBody {
             duplicates: false,
             tree: OnceLock::new(),
         });
-        let _ = body.tree.set(tree);
+        let _ = body.tree.set(Ok(tree));
         body
     }
 }

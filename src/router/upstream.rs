@@ -69,7 +69,12 @@ impl Attempter for JsonAttempter<'_> {
             key,
             model: step.model.as_str(),
         };
-        let request = match adapter.request(&target, &self.request, false) {
+        let built = adapter.request(&target, &self.request, false);
+        // Asked after building: only a translation reads the tree, and it read an empty one.
+        if let Some(why) = self.request.body.unreadable() {
+            return rejected(&self.request, unreadable(why));
+        }
+        let request = match built {
             Ok(request) => request,
             Err(rejection) => return rejected(&self.request, rejection),
         };
@@ -178,6 +183,15 @@ fn upstream_request_id(
 
 /// A field the step's provider cannot carry: the client's 400, no other step tried, since
 /// the same request would fare no better elsewhere in a chain meant to be interchangeable.
+/// A body a translation could not read as a tree (valid JSON all the same, so only an
+/// attempt that translates finds out): refused, as any field the step cannot carry.
+fn unreadable(why: &str) -> Rejection {
+    Rejection {
+        message: format!("the request body cannot be translated for this step: {why}"),
+        param: None,
+    }
+}
+
 fn rejected<T>(request: &ClientRequest, rejection: Rejection) -> Attempt<T> {
     let status = StatusCode::BAD_REQUEST;
     let body = providers::error_body(
@@ -232,7 +246,12 @@ impl Attempter for StreamAttempter<'_> {
             key,
             model: step.model.as_str(),
         };
-        let request = match adapter.request(&target, &self.request, true) {
+        let built = adapter.request(&target, &self.request, true);
+        // Asked after building: only a translation reads the tree, and it read an empty one.
+        if let Some(why) = self.request.body.unreadable() {
+            return rejected(&self.request, unreadable(why));
+        }
+        let request = match built {
             Ok(request) => request,
             Err(rejection) => return rejected(&self.request, rejection),
         };

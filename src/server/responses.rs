@@ -44,6 +44,11 @@ pub async fn create(
 
 /// A Responses request's own fields: all known, `input` a string or items.
 fn check_responses(request: &RequestBody) -> Result<bool, ApiError> {
+    // Every Responses request is read whole (its state, its translation), so a body whose
+    // tree cannot be built stops here rather than reading as an empty one.
+    if let Some(why) = request.tree_error() {
+        return Err(ApiError::InvalidJson(why.to_owned()));
+    }
     if let Some(field) = unknown_field(request) {
         return Err(ApiError::UnknownField(field.to_owned()));
     }

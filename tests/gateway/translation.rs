@@ -320,3 +320,44 @@ async fn streamed_cache_usage_maps_both_ways() {
     assert_eq!(delta["usage"]["input_tokens"], 86);
     assert_eq!(delta["usage"]["cache_read_input_tokens"], 1920);
 }
+
+#[tokio::test]
+async fn a_body_only_a_tree_refuses_is_a_400_for_a_translating_step_never_an_empty_one() {
+    // Valid JSON the splice passes on as it is, but a number past a float's range: the
+    // translation cannot build a tree of it.
+    let body = r#"{"model":"r","messages":[{"role":"user","content":"hi"}],"seed":1e400}"#;
+    let (up, gateway) = one_step("anthropic", Behavior::ok()).await;
+    let response = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("number out of range"), "{error}");
+    assert_eq!(
+        up.calls(),
+        0,
+        "nothing, least of all an empty conversation, was sent"
+    );
+}
+
+#[tokio::test]
+async fn a_responses_body_only_a_tree_refuses_is_a_400() {
+    let body = r#"{"model":"r","input":"hi","temperature":1e400}"#;
+    let (up, gateway) = one_step("openai", Behavior::ok()).await;
+    let response = client()
+        .post(format!("{}/v1/responses", gateway.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let error: Value = response.json().await.unwrap();
+    assert!(error.to_string().contains("number out of range"), "{error}");
+    assert_eq!(up.calls(), 0);
+}

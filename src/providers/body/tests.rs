@@ -134,3 +134,19 @@ fn whatever_the_tree_refuses_is_refused_up_front() {
         assert_eq!(parsed(good).tree(), &tree, "{good}");
     }
 }
+
+#[test]
+fn a_tree_the_bytes_cannot_make_is_reported_not_read_as_empty() {
+    // A number past a float's range is valid JSON that raw values take and a tree refuses;
+    // checking every number up front would cost each request, so a translation finds out.
+    let body = parsed(r#"{"model":"m","messages":[{"role":"user","content":"hi","n":1e400}]}"#);
+    assert_eq!(body.raw_field("model"), Some("\"m\""));
+    assert_eq!(body.unreadable(), None, "nothing asked for the tree yet");
+    let _ = body.tree();
+    let why = body.unreadable().expect("the tree could not be built");
+    assert!(why.contains("number out of range"), "{why}");
+    assert_eq!(parsed(r#"{"a":1}"#).unreadable(), None);
+    let read = parsed(r#"{"a":1}"#);
+    let _ = read.tree();
+    assert_eq!(read.unreadable(), None);
+}
