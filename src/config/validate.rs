@@ -21,6 +21,27 @@ use super::*;
 /// Parses TOML, naming the path of the field at fault (`routes[2].steps[0].provider`), and
 /// for a syntax or type error also the line and column, with the line and a caret under it.
 pub fn parse_raw(text: &str) -> Result<RawConfig, FieldError> {
+    // `toml` caps how deep a file may nest, but a tree nested that deep (table headers,
+    // dotted keys and inline tables add up) is dropped recursively, past what a 2 MiB thread
+    // stack holds in a debug build: tokio's workers (a reload) and `cargo test`'s threads. A
+    // thread of its own, with room to spare, parses it wherever it is asked.
+    const PARSER_STACK: usize = 32 * 1024 * 1024;
+    let unavailable = |why: String| FieldError {
+        field: "(file)".into(),
+        message: format!("the config parser could not run: {why}"),
+    };
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("config-parser".into())
+            .stack_size(PARSER_STACK)
+            .spawn_scoped(scope, || parse_raw_here(text))
+            .map_err(|e| unavailable(e.to_string()))?
+            .join()
+            .map_err(|_| unavailable("it panicked".into()))?
+    })
+}
+
+fn parse_raw_here(text: &str) -> Result<RawConfig, FieldError> {
     let deserializer = toml::de::Deserializer::parse(text).map_err(|e| FieldError {
         field: "(file)".into(),
         message: location::located(text, &e),
@@ -489,6 +510,23 @@ pub(crate) fn errors_of(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use crate::config::Config;
+
+    #[test]
+    fn a_config_nested_to_the_parsers_limit_parses_on_a_small_stack() {
+        // Found by fuzzing: this overflowed a 2 MiB stack (a tokio worker's, in a reload)
+        // while `toml` dropped the tables it had nested.
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fuzz/regressions/config/stack-overflow-nested-tables"
+        );
+        let text = String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned();
+        let parsed = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || Config::parse(&text).is_err())
+            .unwrap()
+            .join();
+        assert_eq!(parsed.ok(), Some(true), "refused with errors, not a crash");
+    }
 
     use crate::config::validate::errors_of as errors;
 
