@@ -10,7 +10,7 @@ pub mod validate;
 
 pub use validate::Invalid;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -97,6 +97,8 @@ pub enum AuthFailure {
 /// Every live virtual key, by hash.
 pub struct Directory {
     keys: ArcSwap<HashMap<String, Arc<VirtualKey>>>,
+    /// Hashes of revoked keys: refused even where auth is optional (see `authenticate`).
+    revoked: ArcSwap<HashSet<String>>,
     required: bool,
     default_role: Arc<str>,
     loaded: watch::Sender<i64>,
@@ -112,6 +114,7 @@ impl Directory {
         let generation = store.generation().await?;
         let directory = Arc::new(Directory {
             keys: ArcSwap::from_pointee(HashMap::new()),
+            revoked: ArcSwap::from_pointee(HashSet::new()),
             required,
             default_role: Arc::from(default_role),
             loaded: watch::Sender::new(generation),
@@ -129,14 +132,15 @@ impl Directory {
 
     /// Loads the store's live keys, as of `generation`.
     pub async fn reload(&self, store: &Store, generation: i64) -> Result<(), StoreError> {
-        let live = store
+        let (revoked, live): (Vec<_>, Vec<_>) = store
             .virtual_keys()
             .await?
             .into_iter()
-            .filter(|k| k.revoked_ms.is_none())
-            .map(|k| (k.hash.clone(), Arc::new(k)))
-            .collect();
-        self.keys.store(Arc::new(live));
+            .partition(|k| k.revoked_ms.is_some());
+        let live = live.into_iter().map(|k| (k.hash.clone(), Arc::new(k)));
+        self.keys.store(Arc::new(live.collect()));
+        let revoked = revoked.into_iter().map(|k| k.hash);
+        self.revoked.store(Arc::new(revoked.collect()));
         self.loaded.send_replace(generation);
         Ok(())
     }
@@ -144,7 +148,12 @@ impl Directory {
     /// Recognises the caller from `Authorization: Bearer` or `x-api-key`.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthFailure> {
         let offered = credential(headers);
-        let key = offered.and_then(|key| self.keys.load().get(&hash_key(key)).cloned());
+        let hash = offered.map(hash_key);
+        let key = hash.as_ref().and_then(|h| self.keys.load().get(h).cloned());
+        // Refused even without required auth, as an expired key is: the caller meant it.
+        if key.is_none() && hash.is_some_and(|h| self.revoked.load().contains(&h)) {
+            return Err(AuthFailure::Invalid);
+        }
         match (key, offered) {
             // Refused even without required auth: the caller meant this key, and an
             // anonymous answer would hide that it has stopped working.
@@ -339,6 +348,26 @@ mod tests {
             Err(AuthFailure::Expired(key)) => assert_eq!(key.id, issued.record.id),
             other => panic!("expected an expiry, got {other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_revoked_key_is_refused_even_where_auth_is_optional() {
+        // The caller meant that key; an anonymous answer would hide that it was revoked, and
+        // give the revoked user whatever the default role may do.
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let issued = issue(request()).unwrap();
+        store.insert_virtual_key(issued.record).await.unwrap();
+        store.revoke_virtual_key(&issued.key).await.unwrap();
+        let directory = Directory::load(store, false, "guest").await.unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            format!("Bearer {}", issued.key).parse().unwrap(),
+        );
+        assert!(matches!(
+            directory.authenticate(&headers),
+            Err(AuthFailure::Invalid)
+        ));
     }
 
     #[tokio::test]
