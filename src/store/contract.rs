@@ -245,6 +245,14 @@ async fn log_rows_round_trip_filter_and_purge() {
             store.query_log(window).await.unwrap(),
             vec![rows[1].clone()]
         );
+        let nobody = LogQuery {
+            user: Some("nobody".into()),
+            ..LogQuery::default()
+        };
+        assert!(
+            store.query_log(nobody).await.unwrap().is_empty(),
+            "{backend}"
+        );
         let newest = LogQuery {
             limit: Some(2),
             ..LogQuery::default()

@@ -225,53 +225,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn rows_round_trip_filter_and_purge() {
-        let store = SqliteStore::open_memory().await.unwrap();
-        let rows = vec![
-            row("a", 1_000, "success"),
-            row("b", 2_000, "fallback"),
-            row("c", 3_000, "success"),
-        ];
-        assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 3);
-        assert_eq!(store.query_log(LogQuery::default()).await.unwrap(), rows);
-        let since = LogQuery {
-            since_ms: Some(2_000),
-            outcome: Some("success".into()),
-            ..LogQuery::default()
-        };
-        assert_eq!(store.query_log(since).await.unwrap(), vec![rows[2].clone()]);
-        let window = LogQuery {
-            since_ms: Some(1_500),
-            until_ms: Some(3_000),
-            user: Some("ana".into()),
-            ..LogQuery::default()
-        };
-        assert_eq!(
-            store.query_log(window).await.unwrap(),
-            vec![rows[1].clone()]
-        );
-        let nobody = LogQuery {
-            user: Some("nobody".into()),
-            ..LogQuery::default()
-        };
-        assert!(store.query_log(nobody).await.unwrap().is_empty());
-        let newest = LogQuery {
-            limit: Some(2),
-            ..LogQuery::default()
-        };
-        let ids: Vec<_> = store
-            .query_log(newest)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, ["b", "c"]);
-        assert_eq!(store.purge_log(2_500).await.unwrap(), 2);
-        assert_eq!(store.count_log().await.unwrap(), 1);
-    }
-
-    #[tokio::test]
     async fn inserting_the_same_rows_twice_stores_each_once() {
         // A replayed spill journal sends rows the store may already hold.
         let store = SqliteStore::open_memory().await.unwrap();
