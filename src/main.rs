@@ -482,6 +482,8 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
                     requests_per_minute,
                     tokens_per_minute,
                     max_concurrent,
+                    budget_per_day_micros: None,
+                    budget_per_month_micros: None,
                 },
             };
             // The admin API's checks, so the CLI and HTTP refuse the same keys.

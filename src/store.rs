@@ -52,6 +52,9 @@ pub struct LimitOverrides {
     pub requests_per_minute: Option<u64>,
     pub tokens_per_minute: Option<u64>,
     pub max_concurrent: Option<u64>,
+    /// Spend budgets in millionths of a US dollar, per UTC day and per calendar month.
+    pub budget_per_day_micros: Option<u64>,
+    pub budget_per_month_micros: Option<u64>,
 }
 
 /// A virtual key as stored: never the key itself, only its hash.

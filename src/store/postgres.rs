@@ -258,6 +258,8 @@ fn read_virtual_key(row: &Row) -> Result<VirtualKey, StoreError> {
             requests_per_minute: limit(7)?,
             tokens_per_minute: limit(8)?,
             max_concurrent: limit(9)?,
+            budget_per_day_micros: None,
+            budget_per_month_micros: None,
         },
         created_ms: row.try_get(10)?,
         revoked_ms: row.try_get(11)?,

@@ -287,6 +287,8 @@ impl SqliteStore {
                         requests_per_minute: limit(7)?,
                         tokens_per_minute: limit(8)?,
                         max_concurrent: limit(9)?,
+                        budget_per_day_micros: None,
+                        budget_per_month_micros: None,
                     },
                     created_ms: row.get(10)?,
                     revoked_ms: row.get(11)?,

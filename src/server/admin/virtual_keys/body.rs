@@ -48,6 +48,8 @@ impl CreateKey {
                 requests_per_minute: self.requests_per_minute,
                 tokens_per_minute: self.tokens_per_minute,
                 max_concurrent: self.max_concurrent,
+                budget_per_day_micros: None,
+                budget_per_month_micros: None,
             },
         };
         request.validate(config).map_err(refused)?;
