@@ -51,7 +51,7 @@ use crate::keys::provider_keys::{KeyError, ProviderKeys};
 use crate::keys::vault::MASTER_KEY_ENV;
 use crate::limits::Limits;
 use crate::router::Health;
-use crate::store::{Store, StoreError};
+use crate::store::{LimitOverrides, Store, StoreError};
 use crate::telemetry::{Telemetry, TelemetryWriter};
 pub use reload::{Live, ReloadError, Reloaded};
 
@@ -575,6 +575,16 @@ impl Gateway {
         if let Ok(generation) = self.state.store.generation().await {
             self.state.directory.wait_for_generation(generation).await;
         }
+    }
+
+    /// The limits (budgets included) this gateway holds for the virtual key `key` (whole,
+    /// `sy-…`), as its next request would apply them; `None` for a key it does not admit.
+    pub fn key_limits(&self, key: &str) -> Option<LimitOverrides> {
+        let mut headers = axum::http::HeaderMap::new();
+        let bearer = axum::http::HeaderValue::from_str(&format!("Bearer {key}")).ok()?;
+        headers.insert(axum::http::header::AUTHORIZATION, bearer);
+        let caller = self.state.directory.authenticate(&headers).ok()?;
+        caller.key.map(|k| k.limits.clone())
     }
 
     /// Reads the config file again and applies it, as `SIGHUP` and `POST /admin/reload` do.

@@ -21,6 +21,7 @@ mod gateway {
     mod endpoints;
     mod fallback;
     mod key_rows;
+    mod key_budgets;
     mod keys;
     mod lifecycle;
     mod limits;

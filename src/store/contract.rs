@@ -37,6 +37,9 @@ fn virtual_key(id: &str, secret: &str) -> VirtualKey {
         limits: LimitOverrides {
             requests_per_minute: Some(5),
             max_concurrent: Some(2),
+            budget_per_day_micros: Some(12_500_000),
+            // The most the store keeps: both backends hold it in a signed 64-bit column.
+            budget_per_month_micros: Some(i64::MAX as u64),
             ..LimitOverrides::default()
         },
         created_ms: 1,

@@ -11,7 +11,7 @@ use switchyard::store::now_ms;
 
 use super::support::*;
 
-const TOKEN: &str = "admin-token-for-virtual-keys";
+pub(super) const TOKEN: &str = "admin-token-for-virtual-keys";
 
 /// Auth required; role `ae` may use everything, role `ops` only route `r`; route `r` =
 /// primary/model-a and route `other` = secondary/model-c; the admin API on with [`TOKEN`].
@@ -20,7 +20,7 @@ async fn keyed_gateway(primary: &FakeHandle, secondary: &FakeHandle) -> Gateway 
 }
 
 /// The config [`keyed_gateway`] runs, then `extra`.
-fn config_text(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
+pub(super) fn config_text(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
     format!(
         "[auth]\nrequired = true\n[[roles]]\nname = \"ae\"\n[[roles]]\nname = \"ops\"\nmodels = [\"r\"]\n{}{}{}{}{extra}",
         provider("primary", primary),
@@ -31,7 +31,7 @@ fn config_text(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Str
 }
 
 /// A gateway of `text` with the admin API on with [`TOKEN`].
-async fn start(text: &str) -> Gateway {
+pub(super) async fn start(text: &str) -> Gateway {
     let config = test_config(text);
     let options = StartOptions {
         admin_token: Some(Secret::new(TOKEN)),
@@ -42,7 +42,7 @@ async fn start(text: &str) -> Gateway {
         .expect("gateway starts")
 }
 
-async fn started() -> (FakeHandle, FakeHandle, Gateway) {
+pub(super) async fn started() -> (FakeHandle, FakeHandle, Gateway) {
     let primary = FakeUpstream::new("primary").start().await.unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let gateway = keyed_gateway(&primary, &secondary).await;
@@ -50,14 +50,14 @@ async fn started() -> (FakeHandle, FakeHandle, Gateway) {
 }
 
 /// An admin call with the right token: its status and JSON body.
-async fn admin(gateway: &Gateway, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+pub(super) async fn admin(gateway: &Gateway, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
     let response = admin_request(gateway, Some(TOKEN), method, path, body.as_ref()).await;
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
 }
 
 /// Creates a key; returns its id and the key itself.
-async fn create(gateway: &Gateway, body: Value) -> (String, String) {
+pub(super) async fn create(gateway: &Gateway, body: Value) -> (String, String) {
     let (status, created) = admin(gateway, Method::POST, "/admin/virtual-keys", Some(body)).await;
     assert_eq!(status, 201, "{created}");
     let secret = created["secret"]

@@ -17,8 +17,10 @@ async fn an_update_changes_a_live_key_and_bumps_the_generation() {
         changed.role = "ops".into();
         changed.permissions = vec![];
         changed.models = None;
+        // The day's budget changes, the month's is cleared.
         changed.limits = LimitOverrides {
             max_concurrent: Some(2),
+            budget_per_day_micros: Some(7_250_001),
             ..LimitOverrides::default()
         };
         changed.expires_ms = Some(42);
