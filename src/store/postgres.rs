@@ -144,8 +144,8 @@ impl PgStore {
         tx.execute(
             "INSERT INTO virtual_keys (id, hash, prefix, user_name, role, permissions, models,
                  requests_per_minute, tokens_per_minute, max_concurrent, created_ms, revoked_ms,
-                 expires_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                 expires_ms, budget_per_day_micros, budget_per_month_micros)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
             &[
                 &key.id,
                 &key.hash,
@@ -160,6 +160,8 @@ impl PgStore {
                 &key.created_ms,
                 &key.revoked_ms,
                 &key.expires_ms,
+                &key.limits.budget_per_day_micros.map(|v| v as i64),
+                &key.limits.budget_per_month_micros.map(|v| v as i64),
             ],
         )
         .await?;
@@ -174,7 +176,7 @@ impl PgStore {
             .query(
                 "SELECT id, hash, prefix, user_name, role, permissions, models,
                         requests_per_minute, tokens_per_minute, max_concurrent, created_ms,
-                        revoked_ms, expires_ms
+                        revoked_ms, expires_ms, budget_per_day_micros, budget_per_month_micros
                  FROM virtual_keys ORDER BY created_ms, id",
                 &[],
             )
@@ -209,7 +211,7 @@ impl PgStore {
             .execute(
                 "UPDATE virtual_keys SET role = $2, permissions = $3, models = $4,
                      requests_per_minute = $5, tokens_per_minute = $6, max_concurrent = $7,
-                     expires_ms = $8
+                     expires_ms = $8, budget_per_day_micros = $9, budget_per_month_micros = $10
                  WHERE id = $1 AND revoked_ms IS NULL",
                 &[
                     &key.id,
@@ -220,6 +222,8 @@ impl PgStore {
                     &key.limits.tokens_per_minute.map(|v| v as i64),
                     &key.limits.max_concurrent.map(|v| v as i64),
                     &key.expires_ms,
+                    &key.limits.budget_per_day_micros.map(|v| v as i64),
+                    &key.limits.budget_per_month_micros.map(|v| v as i64),
                 ],
             )
             .await?;
@@ -258,8 +262,8 @@ fn read_virtual_key(row: &Row) -> Result<VirtualKey, StoreError> {
             requests_per_minute: limit(7)?,
             tokens_per_minute: limit(8)?,
             max_concurrent: limit(9)?,
-            budget_per_day_micros: None,
-            budget_per_month_micros: None,
+            budget_per_day_micros: limit(13)?,
+            budget_per_month_micros: limit(14)?,
         },
         created_ms: row.try_get(10)?,
         revoked_ms: row.try_get(11)?,

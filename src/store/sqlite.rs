@@ -116,6 +116,10 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX IF NOT EXISTS response_items_time ON response_items (created_ms);
      CREATE INDEX IF NOT EXISTS response_state_time ON response_state (created_ms);",
+    // A key's own spend budgets, in micro-dollars per UTC day and per calendar month; NULL
+    // leaves its role's.
+    "ALTER TABLE virtual_keys ADD COLUMN budget_per_day_micros INTEGER;
+     ALTER TABLE virtual_keys ADD COLUMN budget_per_month_micros INTEGER;",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.
@@ -239,8 +243,8 @@ impl SqliteStore {
             tx.execute(
                 "INSERT INTO virtual_keys (id, hash, prefix, user, role, permissions, models,
                      requests_per_minute, tokens_per_minute, max_concurrent, created_ms, revoked_ms,
-                     expires_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                     expires_ms, budget_per_day_micros, budget_per_month_micros)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                 params![
                     key.id,
                     key.hash,
@@ -255,6 +259,8 @@ impl SqliteStore {
                     key.created_ms,
                     key.revoked_ms,
                     key.expires_ms,
+                    key.limits.budget_per_day_micros.map(|v| v as i64),
+                    key.limits.budget_per_month_micros.map(|v| v as i64),
                 ],
             )?;
             bump_generation(&tx)?;
@@ -268,7 +274,8 @@ impl SqliteStore {
         self.with(|connection| {
             let mut statement = connection.prepare(
                 "SELECT id, hash, prefix, user, role, permissions, models, requests_per_minute,
-                        tokens_per_minute, max_concurrent, created_ms, revoked_ms, expires_ms
+                        tokens_per_minute, max_concurrent, created_ms, revoked_ms, expires_ms,
+                        budget_per_day_micros, budget_per_month_micros
                  FROM virtual_keys ORDER BY created_ms, id",
             )?;
             let rows = statement.query_map([], |row| {
@@ -287,8 +294,8 @@ impl SqliteStore {
                         requests_per_minute: limit(7)?,
                         tokens_per_minute: limit(8)?,
                         max_concurrent: limit(9)?,
-                        budget_per_day_micros: None,
-                        budget_per_month_micros: None,
+                        budget_per_day_micros: limit(13)?,
+                        budget_per_month_micros: limit(14)?,
                     },
                     created_ms: row.get(10)?,
                     revoked_ms: row.get(11)?,
@@ -327,7 +334,7 @@ impl SqliteStore {
             let changed = tx.execute(
                 "UPDATE virtual_keys SET role = ?2, permissions = ?3, models = ?4,
                      requests_per_minute = ?5, tokens_per_minute = ?6, max_concurrent = ?7,
-                     expires_ms = ?8
+                     expires_ms = ?8, budget_per_day_micros = ?9, budget_per_month_micros = ?10
                  WHERE id = ?1 AND revoked_ms IS NULL",
                 params![
                     key.id,
@@ -338,6 +345,8 @@ impl SqliteStore {
                     key.limits.tokens_per_minute.map(|v| v as i64),
                     key.limits.max_concurrent.map(|v| v as i64),
                     key.expires_ms,
+                    key.limits.budget_per_day_micros.map(|v| v as i64),
+                    key.limits.budget_per_month_micros.map(|v| v as i64),
                 ],
             )?;
             if changed > 0 {
@@ -464,6 +473,7 @@ mod tests {
         let keys = store.virtual_keys().await.unwrap();
         assert_eq!(keys.len(), 1);
         assert_eq!(keys[0].expires_ms, None);
+        assert_eq!(keys[0].limits, LimitOverrides::default(), "nor set budgets");
     }
 
     #[tokio::test]

@@ -110,6 +110,10 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX response_items_time ON response_items (created_ms);
      CREATE INDEX response_state_time ON response_state (created_ms);",
+    // A key's own spend budgets, in micro-dollars per UTC day and per calendar month; NULL
+    // leaves its role's.
+    "ALTER TABLE virtual_keys ADD COLUMN budget_per_day_micros BIGINT;
+     ALTER TABLE virtual_keys ADD COLUMN budget_per_month_micros BIGINT;",
 ];
 
 /// How many versions this build knows; a database further on was migrated by a newer one.

@@ -312,6 +312,8 @@ mod tests {
         connection
             .execute_batch(
                 "DROP TABLE log_rollup; ALTER TABLE virtual_keys DROP COLUMN expires_ms;
+                 ALTER TABLE virtual_keys DROP COLUMN budget_per_day_micros;
+                 ALTER TABLE virtual_keys DROP COLUMN budget_per_month_micros;
                  PRAGMA user_version = 3;",
             )
             .unwrap();
