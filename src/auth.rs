@@ -6,6 +6,7 @@
 //! process takes effect within that. A key past its expiry stays loaded but is refused,
 //! so it stops working at its instant rather than at the next reload.
 
+pub mod usd;
 pub mod validate;
 
 pub use validate::Invalid;
@@ -225,16 +226,28 @@ pub fn issue(request: KeyRequest) -> Result<IssuedKey, getrandom::Error> {
     Ok(IssuedKey { key, record })
 }
 
-/// `vkeys list`: one key a line, masked, with its user, role and state.
+/// `vkeys list`: one key a line, masked, with its user, role, budgets (in dollars) and state.
 pub fn table(keys: &[VirtualKey]) -> String {
     let mut out = format!(
-        "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {:<29}  {}\n",
-        "ID", "KEY", "USER", "ROLE", "PERMISSIONS", "MODELS", "CREATED", "EXPIRES", "STATE"
+        "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<12}  {:<12}  {:<29}  {:<29}  {}\n",
+        "ID",
+        "KEY",
+        "USER",
+        "ROLE",
+        "PERMISSIONS",
+        "MODELS",
+        "DAY USD",
+        "MONTH USD",
+        "CREATED",
+        "EXPIRES",
+        "STATE"
     );
+    // A budget the key does not set is its role's.
+    let budget = |micros: Option<u64>| micros.map(usd::format).unwrap_or_else(|| "-".into());
     let now = now_ms();
     for key in keys {
         out.push_str(&format!(
-            "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<29}  {:<29}  {}\n",
+            "{:<36}  {:<14}  {:<16}  {:<12}  {:<12}  {:<20}  {:<12}  {:<12}  {:<29}  {:<29}  {}\n",
             key.id,
             key.masked(),
             key.user,
@@ -244,6 +257,8 @@ pub fn table(keys: &[VirtualKey]) -> String {
                 .as_ref()
                 .map(|m| m.join(","))
                 .unwrap_or_else(|| "*".into()),
+            budget(key.limits.budget_per_day_micros),
+            budget(key.limits.budget_per_month_micros),
             date(key.created_ms),
             key.expires_ms.map(date).unwrap_or_else(|| "never".into()),
             key.state(now),

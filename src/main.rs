@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use switchyard::auth::usd;
 use switchyard::config::{Config, ConfigError, LogFormat};
 use switchyard::fake::{FakeUpstream, Script};
 
@@ -199,6 +200,12 @@ enum VkeysCommand {
         /// Overrides the role's concurrent requests.
         #[arg(long)]
         max_concurrent: Option<u64>,
+        /// Overrides the role's spend budget per UTC day, in US dollars (`5`, `12.50`).
+        #[arg(long, value_name = "USD", value_parser = usd::parse, allow_negative_numbers = true)]
+        budget_per_day: Option<u64>,
+        /// Overrides the role's spend budget per calendar month, in US dollars.
+        #[arg(long, value_name = "USD", value_parser = usd::parse, allow_negative_numbers = true)]
+        budget_per_month: Option<u64>,
     },
     /// List keys, masked.
     List {
@@ -471,6 +478,8 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             requests_per_minute,
             tokens_per_minute,
             max_concurrent,
+            budget_per_day,
+            budget_per_month,
         } => {
             let config = load(&config)?;
             let request = KeyRequest {
@@ -482,8 +491,8 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
                     requests_per_minute,
                     tokens_per_minute,
                     max_concurrent,
-                    budget_per_day_micros: None,
-                    budget_per_month_micros: None,
+                    budget_per_day_micros: budget_per_day,
+                    budget_per_month_micros: budget_per_month,
                 },
             };
             // The admin API's checks, so the CLI and HTTP refuse the same keys.

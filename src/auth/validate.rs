@@ -4,7 +4,7 @@
 use crate::config::{Config, pattern_matches};
 use crate::store::LimitOverrides;
 
-use super::KeyRequest;
+use super::{KeyRequest, usd};
 
 /// The permissions a key can carry; `debug` allows `x-switchyard-force-fallback`.
 pub const PERMISSIONS: &[&str] = &["debug"];
@@ -121,8 +121,8 @@ pub fn models(config: &Config, models: &[String]) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// Each limit, where set, must be at least 1 (a key that may do nothing is a revoked key) and
-/// fit the store.
+/// Each limit and budget, where set, must be at least 1 (a key that may do nothing is a
+/// revoked key) and fit the store.
 pub fn limits(limits: &LimitOverrides) -> Result<(), Invalid> {
     let named = [
         ("requests_per_minute", limits.requests_per_minute),
@@ -139,6 +139,24 @@ pub fn limits(limits: &LimitOverrides) -> Result<(), Invalid> {
             }
             Some(v) if i64::try_from(v).is_err() => {
                 return Err(invalid(field, format!("must be at most {}", i64::MAX)));
+            }
+            _ => {}
+        }
+    }
+    let budgets = [
+        ("budget_per_day", limits.budget_per_day_micros),
+        ("budget_per_month", limits.budget_per_month_micros),
+    ];
+    for (field, micros) in budgets {
+        match micros {
+            Some(0) => {
+                return Err(invalid(
+                    field,
+                    "must be more than 0 US dollars; to stop a key, revoke it",
+                ));
+            }
+            Some(micros) if micros > usd::MAX_MICROS => {
+                return Err(invalid(field, usd::UsdError::TooLarge.to_string()));
             }
             _ => {}
         }
@@ -185,6 +203,8 @@ mod tests {
         ]);
         ok.permissions = vec!["debug".into()];
         ok.limits.requests_per_minute = Some(1);
+        ok.limits.budget_per_day_micros = Some(1);
+        ok.limits.budget_per_month_micros = Some(usd::MAX_MICROS);
         assert!(ok.validate(&config()).is_ok());
         // The default role needs no [[roles]] entry.
         assert!(role(&config(), "default").is_ok());
@@ -216,6 +236,14 @@ mod tests {
         assert_eq!(
             with(|r| r.limits.tokens_per_minute = Some(u64::MAX)),
             Some("tokens_per_minute")
+        );
+        assert_eq!(
+            with(|r| r.limits.budget_per_day_micros = Some(0)),
+            Some("budget_per_day")
+        );
+        assert_eq!(
+            with(|r| r.limits.budget_per_month_micros = Some(usd::MAX_MICROS + 1)),
+            Some("budget_per_month")
         );
     }
 
