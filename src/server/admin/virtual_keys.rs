@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::Admin;
 use super::keys::reload;
-use crate::auth::issue;
+use crate::auth::{issue, usd};
 use crate::server::{ApiError, AppState};
 use crate::store::{StoreError, VirtualKey, now_ms};
 use body::{CreateKey, UpdateKey, parse};
@@ -66,7 +66,7 @@ pub async fn get(
     Ok(Json(view(&key, now_ms())))
 }
 
-/// Changes a live key's role, permissions, models, limits or expiry.
+/// Changes a live key's role, permissions, models, limits, budgets or expiry.
 pub async fn update(
     _: Admin,
     State(state): State<AppState>,
@@ -126,6 +126,8 @@ fn view(key: &VirtualKey, now: i64) -> Value {
         "requests_per_minute": key.limits.requests_per_minute,
         "tokens_per_minute": key.limits.tokens_per_minute,
         "max_concurrent": key.limits.max_concurrent,
+        "budget_per_day": key.limits.budget_per_day_micros.map(usd::to_json),
+        "budget_per_month": key.limits.budget_per_month_micros.map(usd::to_json),
         "created_ms": key.created_ms,
         "expires_ms": key.expires_ms,
         "revoked_ms": key.revoked_ms,

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
-use crate::auth::{Invalid, KeyRequest, validate};
+use crate::auth::{Invalid, KeyRequest, usd, validate};
 use crate::config::{Config, parse_duration};
 use crate::keys::provider_keys::MAX_EXPIRES_IN_DAYS;
 use crate::server::ApiError;
@@ -25,6 +26,9 @@ pub struct CreateKey {
     requests_per_minute: Option<u64>,
     tokens_per_minute: Option<u64>,
     max_concurrent: Option<u64>,
+    /// Spend budgets in US dollars (a JSON number, read as written: see [`budget`]).
+    budget_per_day: Option<Box<RawValue>>,
+    budget_per_month: Option<Box<RawValue>>,
     /// A duration such as `"30d"`.
     expires_in: Option<String>,
     /// Milliseconds since the epoch.
@@ -48,8 +52,8 @@ impl CreateKey {
                 requests_per_minute: self.requests_per_minute,
                 tokens_per_minute: self.tokens_per_minute,
                 max_concurrent: self.max_concurrent,
-                budget_per_day_micros: None,
-                budget_per_month_micros: None,
+                budget_per_day_micros: budget("budget_per_day", self.budget_per_day)?,
+                budget_per_month_micros: budget("budget_per_month", self.budget_per_month)?,
             },
         };
         request.validate(config).map_err(refused)?;
@@ -58,7 +62,7 @@ impl CreateKey {
 }
 
 /// `PATCH /admin/virtual-keys/{id}`'s body: what it names changes, the rest stays. A null
-/// clears: `models` to all, a limit to the role's, `expires_ms` to never.
+/// clears: `models` to all, a limit or budget to the role's, `expires_ms` to never.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateKey {
@@ -72,6 +76,10 @@ pub struct UpdateKey {
     tokens_per_minute: Option<Option<u64>>,
     #[serde(default, deserialize_with = "present")]
     max_concurrent: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    budget_per_day: Option<Option<Box<RawValue>>>,
+    #[serde(default, deserialize_with = "present")]
+    budget_per_month: Option<Option<Box<RawValue>>>,
     expires_in: Option<String>,
     #[serde(default, deserialize_with = "present")]
     expires_ms: Option<Option<i64>>,
@@ -120,6 +128,24 @@ impl UpdateKey {
                 changed = true;
             }
         }
+        let budgets = [
+            (
+                "budget_per_day",
+                self.budget_per_day,
+                &mut key.limits.budget_per_day_micros,
+            ),
+            (
+                "budget_per_month",
+                self.budget_per_month,
+                &mut key.limits.budget_per_month_micros,
+            ),
+        ];
+        for (field, new, micros) in budgets {
+            if let Some(new) = new {
+                *micros = budget(field, new)?;
+                changed = true;
+            }
+        }
         validate::limits(&key.limits).map_err(refused)?;
         match (self.expires_in.as_deref(), self.expires_ms) {
             (None, None) => {}
@@ -137,7 +163,8 @@ impl UpdateKey {
             return Err(invalid(
                 None,
                 "the body changes nothing: give one or more of role, permissions, models, \
-                 requests_per_minute, tokens_per_minute, max_concurrent, expires_in, expires_ms",
+                 requests_per_minute, tokens_per_minute, max_concurrent, budget_per_day, \
+                 budget_per_month, expires_in, expires_ms",
             ));
         }
         Ok(())
@@ -178,6 +205,15 @@ fn expiry(
         )),
         (None, Some(at)) => Ok(Some(at)),
     }
+}
+
+/// A budget given in US dollars, as micro-dollars. The JSON number is read from the body's
+/// own text, not through a float, so `12.50` is exactly 12 500 000.
+fn budget(field: &'static str, raw: Option<Box<RawValue>>) -> Result<Option<u64>, ApiError> {
+    raw.map(|raw| {
+        usd::parse_json(raw.get()).map_err(|e| invalid(Some(field), &format!("{field}: {e}")))
+    })
+    .transpose()
 }
 
 /// Parses a JSON body; the error says what is wrong (unknown fields included). Bodies here
