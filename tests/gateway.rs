@@ -20,8 +20,8 @@ mod gateway {
     mod embeddings;
     mod endpoints;
     mod fallback;
-    mod key_rows;
     mod key_budgets;
+    mod key_rows;
     mod keys;
     mod lifecycle;
     mod limits;

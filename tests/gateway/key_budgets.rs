@@ -6,11 +6,15 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 use switchyard::fake::FakeUpstream;
-use switchyard::server::Gateway;
+use switchyard::keys::Secret;
+use switchyard::server::{Gateway, StartOptions};
 use switchyard::store::postgres::testdb::TestDb;
 
 use super::support::*;
-use super::virtual_keys::{admin, config_text, create, start, started};
+use super::virtual_keys::{TOKEN, admin, config_text, create, start, started};
+
+/// Any 32 bytes, base64: a store on PostgreSQL needs a master key to start on.
+const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// The stored budgets of key `id`, in micro-dollars: (per day, per month).
 async fn stored(gateway: &Gateway, id: &str) -> (Option<u64>, Option<u64>) {
@@ -66,7 +70,13 @@ async fn budgets_are_set_shown_changed_and_cleared_over_the_admin_api() {
 
     // A key made without budgets shows them as null.
     let (other, _) = create(&gateway, json!({"user": "bo", "role": "ae"})).await;
-    let (_, shown) = admin(&gateway, Method::GET, &format!("/admin/virtual-keys/{other}"), None).await;
+    let (_, shown) = admin(
+        &gateway,
+        Method::GET,
+        &format!("/admin/virtual-keys/{other}"),
+        None,
+    )
+    .await;
     assert_eq!(budgets(&shown), (&Value::Null, &Value::Null), "{shown}");
 }
 
@@ -86,8 +96,13 @@ async fn bad_budgets_are_refused_with_the_field_at_fault() {
     for field in ["budget_per_day", "budget_per_month"] {
         for (amount, said) in &bad {
             let body = json!({"user": "ana", "role": "ae", field: amount});
-            let (status, answer) =
-                admin(&gateway, Method::POST, "/admin/virtual-keys", Some(body.clone())).await;
+            let (status, answer) = admin(
+                &gateway,
+                Method::POST,
+                "/admin/virtual-keys",
+                Some(body.clone()),
+            )
+            .await;
             assert_eq!(status, 400, "{body} -> {answer}");
             assert_eq!(answer["error"]["param"], field, "{body} -> {answer}");
             let message = error_message(&answer);
@@ -112,7 +127,11 @@ async fn bad_budgets_are_refused_with_the_field_at_fault() {
             assert!(error_message(&answer).contains(said), "{body} -> {answer}");
         }
     }
-    assert_eq!(stored(&gateway, &id).await, (Some(5_000_000), None), "unchanged");
+    assert_eq!(
+        stored(&gateway, &id).await,
+        (Some(5_000_000), None),
+        "unchanged"
+    );
 }
 
 #[tokio::test]
@@ -158,13 +177,23 @@ async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
         );
     }
 
-    let made = cli(&[&create[..], &["--budget-per-day", "5", "--budget-per-month", "12.50"]].concat());
+    let made = cli(&[
+        &create[..],
+        &["--budget-per-day", "5", "--budget-per-month", "12.50"],
+    ]
+    .concat());
     assert!(made.status.success(), "{made:?}");
     let listed = cli(&["list"]);
     let table = String::from_utf8_lossy(&listed.stdout);
-    let row = table.lines().find(|l| l.contains("cli")).expect("the key is listed");
+    let row = table
+        .lines()
+        .find(|l| l.contains("cli"))
+        .expect("the key is listed");
     let header = table.lines().next().unwrap();
-    assert!(header.contains("DAY USD") && header.contains("MONTH USD"), "{table}");
+    assert!(
+        header.contains("DAY USD") && header.contains("MONTH USD"),
+        "{table}"
+    );
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert!(cells.contains(&"5") && cells.contains(&"12.5"), "{table}");
 
@@ -186,7 +215,15 @@ async fn a_budget_change_on_a_reaches_b(store: &str) {
     let primary = FakeUpstream::new("primary").start().await.unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let text = config_text(&primary, &secondary, store);
-    let (a, b) = (start(&text).await, start(&text).await);
+    let start = || {
+        let options = StartOptions {
+            admin_token: Some(Secret::new(TOKEN)),
+            master_key: Some(Secret::new(MASTER_KEY)),
+            ..StartOptions::default()
+        };
+        Gateway::start_with(test_config(&text), "127.0.0.1:0".parse().unwrap(), options)
+    };
+    let (a, b) = (start().await.unwrap(), start().await.unwrap());
     let body = json!({"user": "ana", "role": "ae", "budget_per_month": 100});
     let (id, key) = create(&a, body).await;
     let seen_by_b = || async {

@@ -50,7 +50,12 @@ pub(super) async fn started() -> (FakeHandle, FakeHandle, Gateway) {
 }
 
 /// An admin call with the right token: its status and JSON body.
-pub(super) async fn admin(gateway: &Gateway, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+pub(super) async fn admin(
+    gateway: &Gateway,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let response = admin_request(gateway, Some(TOKEN), method, path, body.as_ref()).await;
     let status = response.status().as_u16();
     (status, response.json().await.unwrap_or(Value::Null))
