@@ -433,8 +433,9 @@ async fn an_expired_key_is_refused_with_a_401_and_a_log_row() {
     .await;
     assert_eq!(shown["expires_ms"], Value::Null, "never expires");
 
-    // An expiry set over the API a moment ahead takes hold by itself, with no reload.
-    let soon = now_ms() + 200;
+    // An expiry set over the API a moment ahead takes hold by itself, with no reload. Two
+    // seconds ahead, so a busy machine cannot reach it before the API has accepted it.
+    let soon = now_ms() + 2_000;
     let (_, key) = create(
         &gateway,
         json!({"user": "bo", "role": "ae", "expires_ms": soon}),
@@ -445,7 +446,7 @@ async fn an_expired_key_is_refused_with_a_401_and_a_log_row() {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(10), refused)
+    tokio::time::timeout(std::time::Duration::from_secs(15), refused)
         .await
         .expect("the key is refused once its expiry passes");
     assert!(now_ms() >= soon);
