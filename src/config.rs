@@ -8,6 +8,7 @@ mod access;
 pub mod backoff;
 mod duration;
 mod raw;
+pub mod retry_budget;
 mod validate;
 
 use std::fmt;
@@ -17,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backoff::Backoff;
+use retry_budget::RetryBudget;
 
 pub use access::{DirectModels, ModelPattern, pattern_matches};
 pub use duration::{format_duration, parse_duration};
@@ -403,6 +405,9 @@ pub struct RetryConfig {
     pub request_deadline: Duration,
     pub max_attempts: u32,
     pub stream_idle_timeout: Duration,
+    /// How many retries each deployment's failures may cause (`budget_percent`,
+    /// `min_retries_per_second`).
+    pub budget: RetryBudget,
 }
 
 #[derive(Clone, Debug)]

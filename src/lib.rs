@@ -4,7 +4,8 @@
 //! - [`config`]: the TOML file, parsed strictly and validated with field paths.
 //! - [`server`]: HTTP surface and lifecycle; checks each request, then hands it to the router.
 //! - [`router`]: resolves a route, runs the attempt loop over its chain, classifies failures;
-//!   keeps each deployment's circuit breaker and balances a step's deployments.
+//!   keeps each deployment's circuit breaker and retry budget, and balances a step's
+//!   deployments.
 //! - [`providers`]: wire formats: encoding requests, decoding answers and event streams.
 //! - [`keys`]: provider secrets, and which keys are benched.
 //! - [`telemetry`]: one record per request, written off the hot path.

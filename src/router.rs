@@ -3,7 +3,8 @@
 //! `chain` runs the loop, `classify` decides what each failure means, `scrub` takes the keys
 //! an attempt sent out of what comes back, and `retry` computes the waits between attempts.
 //! `health` remembers how each deployment has done lately: its
-//! `breaker`, and what `balance` needs to choose among a step's deployments. The loop knows
+//! `breaker`, what `balance` needs to choose among a step's deployments, and the counts
+//! `retry_budget` holds each deployment's retries to. The loop knows
 //! nothing of wire formats: an [`Attempter`] makes each attempt and reports it.
 
 pub mod balance;
@@ -12,6 +13,7 @@ pub mod chain;
 pub mod classify;
 pub mod health;
 pub mod retry;
+pub mod retry_budget;
 pub mod scrub;
 pub mod upstream;
 

@@ -63,7 +63,8 @@ impl Outcome {
 }
 
 /// One upstream attempt, or one step skipped without an attempt (`no_key`, `deadline`,
-/// `circuit_open`, `benched`).
+/// `circuit_open`, `benched`), or a retry the budget refused (`retry_budget_exhausted`, named
+/// after the deployment whose budget it was).
 #[derive(Clone, Debug)]
 pub struct AttemptRecord {
     pub step: usize,
@@ -86,6 +87,7 @@ impl AttemptRecord {
                     | FailureClass::Deadline
                     | FailureClass::CircuitOpen
                     | FailureClass::Benched
+                    | FailureClass::RetryBudgetExhausted
             )
         )
     }

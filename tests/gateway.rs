@@ -39,6 +39,7 @@ mod gateway {
     mod responses_state;
     mod responses_stream;
     mod retry_after;
+    mod retry_budget;
     mod scorecard_truth;
     mod secrets;
     mod stream_ends;

@@ -227,6 +227,8 @@ pub struct RawRetry {
     pub request_deadline: Option<String>,
     pub max_attempts: Option<u32>,
     pub stream_idle_timeout: Option<String>,
+    pub budget_percent: Option<f64>,
+    pub min_retries_per_second: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

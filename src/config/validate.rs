@@ -5,6 +5,7 @@ mod breaker;
 mod cluster;
 mod lease;
 mod location;
+mod retry_budget;
 mod server;
 mod steps;
 mod telemetry;
@@ -457,6 +458,7 @@ fn retry(errors: &mut Errors, raw: RawRetry) -> RetryConfig {
             raw.stream_idle_timeout.as_deref(),
             secs(30),
         ),
+        budget: retry_budget::retry_budget(errors, &raw),
     };
     if retry.attempts_per_step == 0 {
         errors.add("retry.attempts_per_step", "must be at least 1");

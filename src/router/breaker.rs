@@ -103,7 +103,8 @@ impl Verdict {
                 | FailureClass::NoKey
                 | FailureClass::Deadline
                 | FailureClass::CircuitOpen
-                | FailureClass::Benched,
+                | FailureClass::Benched
+                | FailureClass::RetryBudgetExhausted,
             ) => Verdict::Neutral,
         }
     }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
 use super::health::{Health, PendingVerdict, Permit, Tried};
+use super::retry_budget::{self, Spend};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
 use crate::telemetry::AttemptRecord;
@@ -198,6 +199,12 @@ pub async fn run_chain<A: Attempter>(
                     continue 'steps;
                 }
             };
+            // Any attempt after the request's first is a retry, which the budget of the
+            // deployment whose failure it follows may refuse; then the request ends here.
+            let attempts = &mut walk.run.attempts;
+            if retry_budget::refuses_retry(health, &retry.budget, attempts, now, Spend::Charge) {
+                break 'steps;
+            }
             let chosen = permit.deployment;
             step_attempts += 1;
             let failed = match walk
@@ -237,6 +244,17 @@ pub async fn run_chain<A: Attempter>(
                     ) else {
                         continue 'steps;
                     };
+                    // A retry the budget would refuse is not waited for.
+                    let attempts = &mut walk.run.attempts;
+                    if retry_budget::refuses_retry(
+                        health,
+                        &retry.budget,
+                        attempts,
+                        now,
+                        Spend::Peek,
+                    ) {
+                        break 'steps;
+                    }
                     tokio::time::sleep(wait).await;
                     walk.run.upstream_time += wait;
                 }
@@ -401,7 +419,11 @@ pub fn rate_limited_everywhere<T>(run: &ChainRun<T>) -> Option<Duration> {
         .all(|a| {
             matches!(
                 a.failure,
-                Some(FailureClass::RateLimited | FailureClass::Benched)
+                Some(
+                    FailureClass::RateLimited
+                        | FailureClass::Benched
+                        | FailureClass::RetryBudgetExhausted
+                )
             )
         })
         .then_some(wait)
@@ -412,6 +434,14 @@ pub fn describe_failures(attempts: &[AttemptRecord]) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut last_step = None;
     for attempt in attempts {
+        // A refused retry ends the chain; it names the deployment whose budget it was.
+        if attempt.failure == Some(FailureClass::RetryBudgetExhausted) {
+            let (provider, model) = (&attempt.provider, &attempt.model);
+            parts.push(format!(
+                "no retry: retry_budget_exhausted ({provider}/{model})"
+            ));
+            continue;
+        }
         let class = attempt.failure.map(|f| f.kind()).unwrap_or("served");
         let status = attempt
             .status

@@ -16,6 +16,7 @@ use super::balance::{Ewma, fastest, smooth_pick};
 use super::breaker::{Breaker, BreakerView, CallerTag, Gate, Refusal, Ticket, Transition, Verdict};
 use super::classify::FailureClass;
 use super::retry::MAX_RETRY_AFTER;
+use super::retry_budget::RetryBudgets;
 use crate::cluster::Link;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
@@ -105,6 +106,8 @@ impl Table {
 pub struct Health {
     settings: BreakerConfig,
     table: Mutex<Table>,
+    /// Each deployment's requests and retries, for the retry budget; behind its own lock.
+    retry_budgets: RetryBudgets,
 }
 
 /// Which of a step's deployments this request has given up on.
@@ -190,6 +193,7 @@ impl Permit<'_> {
         caller: CallerTag,
     ) {
         let now = Instant::now();
+        self.count_request(now);
         let mut table = self.health.lock();
         let breaker = table.breakers.get_mut(&self.id);
         let mut transition = None;
@@ -210,9 +214,16 @@ impl Permit<'_> {
     /// broken answer through, not a burst of them.
     pub fn defer(mut self, latency: Option<Duration>, caller: CallerTag) -> Deferred {
         let now = Instant::now();
+        self.count_request(now);
         let mut table = self.health.lock();
         self.observe(&mut table, latency, now);
         Deferred::new(self.id.clone(), self.ticket.take(), caller)
+    }
+
+    /// A finished attempt reached its deployment: one request for its retry budget.
+    fn count_request(&self, now: Instant) {
+        let budgets = &self.health.retry_budgets;
+        budgets.count_request(&self.id.provider, &self.id.model, now);
     }
 
     fn observe(&self, table: &mut Table, latency: Option<Duration>, now: Instant) {
@@ -254,7 +265,13 @@ impl Health {
         Health {
             settings,
             table: Mutex::new(Table::default()),
+            retry_budgets: RetryBudgets::new(),
         }
+    }
+
+    /// Each deployment's requests and retries over the retry budget's window.
+    pub fn retry_budgets(&self) -> &RetryBudgets {
+        &self.retry_budgets
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {

@@ -25,6 +25,7 @@ use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, RequestBody};
 use crate::router::breaker::CallerTag;
 use crate::router::chain::{ChainInputs, describe_failures, rate_limited_everywhere};
+use crate::router::retry_budget::ended_by_refusal;
 use crate::router::upstream::{JsonAttempter, StreamAttempter};
 use crate::router::{ChainEnd, ChainRun, RouteError, resolve_route, run_chain};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
@@ -376,7 +377,12 @@ fn exhausted<T>(
             },
             None => ApiError::AllStepsFailed(failures),
         };
-        guard.record().error = Some(error.kind().into());
+        let reason = if ended_by_refusal(&run.attempts) {
+            "retry_budget_exhausted"
+        } else {
+            error.kind()
+        };
+        guard.record().error = Some(reason.into());
         let response = error.into_response_for(request.format);
         return finish(response, route, &run, None, guard);
     };

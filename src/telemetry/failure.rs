@@ -38,6 +38,8 @@ pub enum FailureClass {
     CircuitOpen,
     /// Skipped without an attempt: a 429's `retry-after` benched the deployment.
     Benched,
+    /// Not retried: the failed deployment's retry budget (`[retry] budget_percent`) was spent.
+    RetryBudgetExhausted,
 }
 
 impl FailureClass {
@@ -61,6 +63,7 @@ impl FailureClass {
             FailureClass::Deadline => "deadline",
             FailureClass::CircuitOpen => "circuit_open",
             FailureClass::Benched => "benched",
+            FailureClass::RetryBudgetExhausted => "retry_budget_exhausted",
         }
     }
 }

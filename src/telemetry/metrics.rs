@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::RequestRecord;
+use super::{FailureClass, RequestRecord};
 
 mod labels;
 mod reload;
@@ -38,6 +38,15 @@ pub struct AttemptLabels {
 /// The labels of per-deployment families: tokens, cost, breaker state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProviderModel {
+    pub provider: LabelValue,
+    pub model: LabelValue,
+}
+
+/// `switchyard_retry_budget_exhausted_total`'s labels: the route, and the deployment whose
+/// budget refused the retry.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteDeployment {
+    pub route: LabelValue,
     pub provider: LabelValue,
     pub model: LabelValue,
 }
@@ -73,6 +82,8 @@ pub struct Metrics {
     /// 0 closed, 1 half-open, 2 open.
     pub breaker_state: Family<ProviderModel, Gauge>,
     pub ratelimited: Counter,
+    /// Retries refused because the failed deployment's retry budget was spent.
+    pub retry_budget_exhausted: Family<RouteDeployment, Counter>,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
     /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
@@ -121,6 +132,7 @@ impl Metrics {
             cost: Family::default(),
             breaker_state: Family::default(),
             ratelimited: Counter::default(),
+            retry_budget_exhausted: Family::default(),
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
@@ -182,6 +194,11 @@ impl Metrics {
             "switchyard_ratelimited",
             "Requests refused by rate limits",
             metrics.ratelimited.clone(),
+        );
+        registry.register(
+            "switchyard_retry_budget_exhausted",
+            "Retries refused because the failed deployment's retry budget was spent",
+            metrics.retry_budget_exhausted.clone(),
         );
         registry.register(
             "switchyard_limit_backend_errors",
@@ -264,6 +281,15 @@ impl Metrics {
                     result: attempt.failure.map(|f| f.kind()).unwrap_or("success"),
                 })
                 .inc();
+            if attempt.failure == Some(FailureClass::RetryBudgetExhausted) {
+                self.retry_budget_exhausted
+                    .get_or_create(&RouteDeployment {
+                        route: route.clone(),
+                        provider: names.provider(provider),
+                        model: names.model(provider, model),
+                    })
+                    .inc();
+            }
         }
         let label = RouteLabel { route };
         self.duration

@@ -22,6 +22,10 @@ pub async fn list(_: Admin, State(state): State<AppState>) -> Json<Value> {
         .into_iter()
         .map(|report| {
             let view = report.view;
+            let (provider, model) = (&report.id.provider, &report.id.model);
+            // Per provider and model: every key's row shows the same counts.
+            let retries = state.health.retry_budgets().counts(provider, model, now);
+            let budget = state.config().retry.budget;
             json!({
                 "provider": report.id.provider.as_str(),
                 "model": report.id.model.as_str(),
@@ -39,6 +43,11 @@ pub async fn list(_: Admin, State(state): State<AppState>) -> Json<Value> {
                 "cooldown_ms": ceil_ms(view.cooldown),
                 "benched_for_ms": view.benched_for.map(ceil_ms),
                 "latency_ewma_ms": report.latency.map(|l| l.as_secs_f64() * 1e3),
+                "retry_budget": {
+                    "requests": retries.requests,
+                    "retries": retries.retries,
+                    "limit": (!budget.is_off()).then(|| budget.limit(retries.requests) as u64),
+                },
             })
         })
         .collect();

@@ -1,4 +1,5 @@
-//! What a reload keeps: an open breaker stays open, and limit counts keep counting.
+//! What a reload keeps: an open breaker stays open, and limit and retry-budget counts keep
+//! counting.
 
 use serde_json::Value;
 use switchyard::fake::{Behavior, FakeUpstream};
@@ -86,4 +87,47 @@ async fn limit_counts_survive_a_reload_and_the_role_takes_its_new_limit() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(post(&served.gateway, &chat("fresh")).await.status(), 200);
     assert_eq!(post(&served.gateway, &chat("r")).await.status(), 429);
+}
+
+#[tokio::test]
+async fn retry_budget_counts_survive_a_reload_and_its_new_floor_applies_at_once() {
+    let primary = FakeUpstream::new("primary")
+        .then(Behavior::status(500))
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    // Only the floor: `per_second` × 10 retries per 10 s, and the primary always fails.
+    let config = |per_second: u32| {
+        format!(
+            "{}{}{}[breaker]\nconsecutive_failures = 1000000\nmin_requests = 1000000\n\
+             [retry]\nbudget_percent = 0\nmin_retries_per_second = {per_second}\n",
+            provider("primary", &primary),
+            provider("secondary", &secondary),
+            route("r", &[("primary", "m"), ("secondary", "m")], ""),
+        )
+    };
+    let served = FromFile::start(&config(1)).await;
+    let fallbacks = async |requests: usize| {
+        let mut served_by_fallback = 0;
+        for _ in 0..requests {
+            let response = post(&served.gateway, &chat("r")).await;
+            if header(&response, "x-switchyard-outcome") == "fallback" {
+                served_by_fallback += 1;
+            }
+        }
+        served_by_fallback
+    };
+    assert_eq!(fallbacks(11).await, 10, "the floor's 10 retries, then none");
+
+    served.rewrite(&config(2));
+    let (status, body) = served.reload().await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["needs_restart"].as_array().unwrap().is_empty(),
+        "{body}"
+    );
+    // 20 per 10 s now, and the 10 already made still count: 10 more, not 20.
+    assert_eq!(fallbacks(11).await, 10);
+    assert_eq!(secondary.calls(), 20);
 }

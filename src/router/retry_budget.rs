@@ -1,0 +1,251 @@
+//! The retry budget's counts (Envoy's, per deployment): for each provider and model, the
+//! upstream attempts that reached it and the retries its failures caused, over the last
+//! [`WINDOW`] in one-second buckets. The policy ([`RetryBudget`]) comes from the request's
+//! config, so a reload changes it at once and keeps every count.
+//!
+//! A retry is any upstream attempt of a request after its first: the same step again, another
+//! key or deployment of the step, or the next step. It is charged to the deployment whose
+//! failure it follows. Skipped steps (an open breaker, a benched key) never reach upstream,
+//! so they are neither requests nor retries. The counts are this instance's own.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::time::Instant;
+
+use super::classify::FailureClass;
+use super::health::Health;
+use crate::config::retry_budget::{RetryBudget, WINDOW};
+use crate::config::{ModelName, ProviderId};
+use crate::telemetry::AttemptRecord;
+
+/// One bucket per second of the window.
+const SECONDS: usize = WINDOW.as_secs() as usize;
+
+/// Clients can name any `provider/model`; past this many, idle windows are forgotten, and
+/// if that is not enough, new deployments go uncounted, and their retries unrefused, as
+/// they were before the budget.
+const MAX_TRACKED: usize = 10_000;
+
+/// One second's counts.
+#[derive(Clone, Copy, Debug, Default)]
+struct Bucket {
+    /// Seconds since the counts' epoch: which second this bucket holds now.
+    second: u64,
+    requests: u64,
+    retries: u64,
+}
+
+/// One deployment's last [`SECONDS`] seconds, as a ring.
+#[derive(Debug, Default)]
+struct Window {
+    buckets: [Bucket; SECONDS],
+}
+
+impl Window {
+    /// The bucket of `second`, emptied first if it still holds an older second.
+    fn bucket(&mut self, second: u64) -> &mut Bucket {
+        let bucket = &mut self.buckets[(second % SECONDS as u64) as usize];
+        if bucket.second != second {
+            *bucket = Bucket {
+                second,
+                ..Bucket::default()
+            };
+        }
+        bucket
+    }
+
+    /// Requests and retries over the seconds `second - 9 ..= second`.
+    fn totals(&self, second: u64) -> BudgetCounts {
+        let oldest = second.saturating_sub(SECONDS as u64 - 1);
+        self.buckets
+            .iter()
+            .filter(|b| (oldest..=second).contains(&b.second))
+            .fold(BudgetCounts::default(), |sum, b| BudgetCounts {
+                requests: sum.requests + b.requests,
+                retries: sum.retries + b.retries,
+            })
+    }
+}
+
+/// A deployment's counts over the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BudgetCounts {
+    /// Upstream attempts that reached it: first attempts and retries alike.
+    pub requests: u64,
+    /// Retries its failures caused.
+    pub retries: u64,
+}
+
+/// Every deployment's window; one per gateway, in its [`Health`].
+#[derive(Debug)]
+pub struct RetryBudgets {
+    /// Second 0 of every bucket.
+    epoch: Instant,
+    /// Behind a sync mutex held for one map operation, never across an await.
+    windows: Mutex<HashMap<(ProviderId, ModelName), Window>>,
+}
+
+impl Default for RetryBudgets {
+    fn default() -> RetryBudgets {
+        RetryBudgets::new()
+    }
+}
+
+impl RetryBudgets {
+    /// Empty windows, counting from now.
+    pub fn new() -> RetryBudgets {
+        RetryBudgets {
+            epoch: Instant::now(),
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<(ProviderId, ModelName), Window>> {
+        // Poison only means a panic between two counter updates; the counts are still whole.
+        self.windows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn second(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_secs()
+    }
+
+    /// Counts one upstream attempt that reached `provider`'s `model`.
+    pub fn count_request(&self, provider: &ProviderId, model: &ModelName, now: Instant) {
+        let second = self.second(now);
+        let mut windows = self.lock();
+        if let Some(window) = window_of(&mut windows, provider, model, second) {
+            window.bucket(second).requests += 1;
+        }
+    }
+
+    /// Whether `budget` lets `provider`'s `model` cause one more retry now, and if so counts
+    /// it, under one hold of the lock, so concurrent retries never overshoot the budget.
+    pub fn try_retry(
+        &self,
+        provider: &ProviderId,
+        model: &ModelName,
+        budget: &RetryBudget,
+        now: Instant,
+    ) -> bool {
+        let second = self.second(now);
+        let mut windows = self.lock();
+        let Some(window) = window_of(&mut windows, provider, model, second) else {
+            return true;
+        };
+        let counts = window.totals(second);
+        let allowed = budget.allows(counts.requests, counts.retries);
+        if allowed {
+            window.bucket(second).retries += 1;
+        }
+        allowed
+    }
+
+    /// Whether [`RetryBudgets::try_retry`] would allow a retry now, without counting one.
+    pub fn would_allow(
+        &self,
+        provider: &ProviderId,
+        model: &ModelName,
+        budget: &RetryBudget,
+        now: Instant,
+    ) -> bool {
+        let counts = self.counts(provider, model, now);
+        budget.allows(counts.requests, counts.retries)
+    }
+
+    /// A deployment's requests and retries over the window now.
+    pub fn counts(&self, provider: &ProviderId, model: &ModelName, now: Instant) -> BudgetCounts {
+        let key = (provider.clone(), model.clone());
+        self.lock()
+            .get(&key)
+            .map(|w| w.totals(self.second(now)))
+            .unwrap_or_default()
+    }
+}
+
+/// `provider`'s `model`'s window, made on first use; `None` when the table is full.
+fn window_of<'a>(
+    windows: &'a mut HashMap<(ProviderId, ModelName), Window>,
+    provider: &ProviderId,
+    model: &ModelName,
+    second: u64,
+) -> Option<&'a mut Window> {
+    let key = (provider.clone(), model.clone());
+    if !windows.contains_key(&key) && windows.len() >= MAX_TRACKED {
+        windows.retain(|_, w| w.totals(second) != BudgetCounts::default());
+        if windows.len() >= MAX_TRACKED {
+            return None;
+        }
+    }
+    Some(windows.entry(key).or_default())
+}
+
+impl Health {
+    /// Whether the budget of `provider`'s `model`, whose attempt just failed, lets the request
+    /// make another upstream attempt (a retry) now; if so, it is counted. The chain asks before
+    /// each retry; so should anything else that sends a request upstream again (a hedge).
+    pub fn try_retry(
+        &self,
+        provider: &ProviderId,
+        model: &ModelName,
+        budget: &RetryBudget,
+        now: Instant,
+    ) -> bool {
+        self.retry_budgets().try_retry(provider, model, budget, now)
+    }
+}
+
+/// Whether the budget asks only, or counts the retry it allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spend {
+    /// The retry goes now: count it if it is allowed.
+    Charge,
+    /// The retry would go after a wait (a backoff): only ask, so a refused one is not waited
+    /// for; it is charged when it goes.
+    Peek,
+}
+
+/// Whether the budget refuses the chain's next upstream attempt. Only a retry can be refused:
+/// the first attempt of a request always goes. A refusal is recorded in `attempts`, named
+/// after the deployment whose failure (and budget) it was; the chain then ends with the
+/// answer it has.
+pub fn refuses_retry(
+    health: &Health,
+    budget: &RetryBudget,
+    attempts: &mut Vec<AttemptRecord>,
+    now: Instant,
+    spend: Spend,
+) -> bool {
+    let Some(failed) = attempts.iter().rev().find(|a| a.reached_upstream()) else {
+        return false;
+    };
+    let (provider, model) = (&failed.provider, &failed.model);
+    let budgets = health.retry_budgets();
+    let allowed = match spend {
+        Spend::Charge => budgets.try_retry(provider, model, budget, now),
+        Spend::Peek => budgets.would_allow(provider, model, budget, now),
+    };
+    if allowed {
+        return false;
+    }
+    let refusal = AttemptRecord {
+        step: failed.step,
+        provider: provider.clone(),
+        model: model.clone(),
+        failure: Some(FailureClass::RetryBudgetExhausted),
+        status: None,
+        latency: std::time::Duration::ZERO,
+    };
+    attempts.push(refusal);
+    true
+}
+
+/// Whether the budget ended the chain: its last record is a refused retry.
+pub fn ended_by_refusal(attempts: &[AttemptRecord]) -> bool {
+    attempts
+        .last()
+        .is_some_and(|a| a.failure == Some(FailureClass::RetryBudgetExhausted))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,326 @@
+//! The budget's window on paused time, and the chain's use of it with a scripted attempter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+
+use super::*;
+use crate::config::{Config, Deployment, Provider};
+use crate::keys::{KeyLease, KeyRing};
+use crate::router::chain::{
+    Attempt, Attempter, ChainEnd, ChainInputs, ChainRun, Failure, UpstreamReply, describe_failures,
+    rate_limited_everywhere, run_chain,
+};
+use crate::router::classify::classify_status;
+
+fn deployment(name: &str) -> (ProviderId, ModelName) {
+    (ProviderId(Arc::from(name)), ModelName(Arc::from("m")))
+}
+
+fn budget(percent: f64, floor: u32) -> RetryBudget {
+    RetryBudget::try_new(percent, floor).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn counts_leave_the_window_ten_seconds_after_their_second() {
+    let budgets = RetryBudgets::new();
+    let (p, m) = deployment("a");
+    let start = Instant::now();
+    for _ in 0..50 {
+        budgets.count_request(&p, &m, start);
+    }
+    assert!(budgets.try_retry(&p, &m, &budget(20.0, 0), start));
+    let counts = |at| budgets.counts(&p, &m, at);
+    let expected = BudgetCounts {
+        requests: 50,
+        retries: 1,
+    };
+    assert_eq!(counts(start + Duration::from_millis(9_999)), expected);
+    assert_eq!(
+        counts(start + Duration::from_secs(10)),
+        BudgetCounts::default()
+    );
+    // A bucket reused ten seconds later starts empty, not on top of its old counts.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    budgets.count_request(&p, &m, Instant::now());
+    assert_eq!(
+        counts(Instant::now()),
+        BudgetCounts {
+            requests: 1,
+            retries: 0
+        }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_window_slides_a_second_at_a_time() {
+    let budgets = RetryBudgets::new();
+    let (p, m) = deployment("a");
+    let start = Instant::now();
+    for second in 0..15u64 {
+        budgets.count_request(&p, &m, start + Duration::from_secs(second));
+    }
+    // At second 14 the window holds seconds 5 to 14.
+    let counts = budgets.counts(&p, &m, start + Duration::from_secs(14));
+    assert_eq!(counts.requests, 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_floor_lets_retries_through_at_low_traffic_and_refills() {
+    let budgets = RetryBudgets::new();
+    let (p, m) = deployment("a");
+    let policy = budget(20.0, 3);
+    let now = Instant::now();
+    budgets.count_request(&p, &m, now);
+    let allowed = (0..40)
+        .filter(|_| budgets.try_retry(&p, &m, &policy, now))
+        .count();
+    assert_eq!(allowed, 30, "3 a second over 10 s");
+    // Refused retries are not counted: the window holds only the 30 that went.
+    assert_eq!(budgets.counts(&p, &m, now).retries, 30);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    assert!(budgets.try_retry(&p, &m, &policy, Instant::now()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn above_the_floor_the_percentage_binds() {
+    let budgets = RetryBudgets::new();
+    let (p, m) = deployment("a");
+    let now = Instant::now();
+    for _ in 0..1_000 {
+        budgets.count_request(&p, &m, now);
+    }
+    let allowed = |policy: RetryBudget| {
+        (0..1_000)
+            .filter(|_| budgets.try_retry(&p, &m, &policy, now))
+            .count()
+    };
+    assert_eq!(allowed(budget(20.0, 3)), 200);
+    // A reload's new policy applies to the same counts: 200 retries are already in.
+    assert_eq!(allowed(budget(25.0, 3)), 50);
+    assert_eq!(
+        allowed(budget(100.0, 0)),
+        1_000,
+        "100 % turns the budget off"
+    );
+    // Each deployment has its own budget.
+    let (other, _) = deployment("b");
+    assert!(budgets.try_retry(&other, &m, &budget(20.0, 3), now));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_table_forgets_idle_windows_and_never_refuses_untracked_ones() {
+    let budgets = RetryBudgets::new();
+    let start = Instant::now();
+    for i in 0..MAX_TRACKED {
+        let (p, m) = deployment(&format!("p{i}"));
+        budgets.count_request(&p, &m, start);
+    }
+    let (p, m) = deployment("late");
+    let policy = budget(0.0, 1);
+    for _ in 0..20 {
+        assert!(budgets.try_retry(&p, &m, &policy, start), "untracked");
+    }
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let now = Instant::now();
+    let allowed = (0..20)
+        .filter(|_| budgets.try_retry(&p, &m, &policy, now))
+        .count();
+    assert_eq!(allowed, 10, "the idle windows made room");
+}
+
+fn attempt_record(name: &str, failure: Option<FailureClass>) -> AttemptRecord {
+    let (provider, model) = deployment(name);
+    AttemptRecord {
+        step: 0,
+        provider,
+        model,
+        failure,
+        status: None,
+        latency: Duration::ZERO,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_first_attempt_is_never_refused_and_a_refusal_names_the_failed_deployment() {
+    let health = Health::new(Config::parse("").unwrap().breaker);
+    let policy = budget(0.0, 1);
+    let now = Instant::now();
+    // Nothing went upstream yet (a skipped step is not an attempt): a first attempt.
+    let mut attempts = vec![attempt_record("a", Some(FailureClass::CircuitOpen))];
+    for _ in 0..20 {
+        assert!(!refuses_retry(
+            &health,
+            &policy,
+            &mut attempts,
+            now,
+            Spend::Charge
+        ));
+    }
+    attempts.push(attempt_record("b", Some(FailureClass::ServerError)));
+    attempts.push(attempt_record("c", Some(FailureClass::Benched)));
+    // Peeking counts nothing, so it never runs the budget out.
+    for _ in 0..20 {
+        assert!(!refuses_retry(
+            &health,
+            &policy,
+            &mut attempts,
+            now,
+            Spend::Peek
+        ));
+    }
+    for _ in 0..10 {
+        assert!(!refuses_retry(
+            &health,
+            &policy,
+            &mut attempts,
+            now,
+            Spend::Charge
+        ));
+    }
+    assert!(refuses_retry(
+        &health,
+        &policy,
+        &mut attempts,
+        now,
+        Spend::Charge
+    ));
+    let refusal = attempts.last().unwrap();
+    assert_eq!(refusal.provider.as_str(), "b");
+    assert_eq!(refusal.failure, Some(FailureClass::RetryBudgetExhausted));
+    assert!(!refusal.reached_upstream());
+    assert!(ended_by_refusal(&attempts));
+    assert_eq!(
+        health
+            .retry_budgets()
+            .counts(&deployment("b").0, &deployment("b").1, now)
+            .retries,
+        10
+    );
+}
+
+/// Every attempt fails with `status` (and `retry-after`, if given); counts the calls.
+struct Failing {
+    status: u16,
+    retry_after: Option<&'static str>,
+    calls: Vec<String>,
+}
+
+impl Attempter for Failing {
+    type Output = ();
+
+    async fn attempt(
+        &mut self,
+        deployment: &Deployment,
+        _provider: &Provider,
+        _key: Option<&KeyLease>,
+        _timeout: Duration,
+    ) -> Attempt<()> {
+        self.calls.push(deployment.provider.to_string());
+        let mut headers = HeaderMap::new();
+        if let Some(after) = self.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static(after));
+        }
+        let status = StatusCode::from_u16(self.status).unwrap();
+        let (class, action) = classify_status(status, &headers, b"", false);
+        Attempt::Failed(Failure {
+            class,
+            action,
+            reply: Some(UpstreamReply {
+                status,
+                content_type: None,
+                body: Bytes::new(),
+                upstream_request_id: None,
+            }),
+        })
+    }
+}
+
+fn two_steps(retry: &str) -> Config {
+    let provider = |name| {
+        format!(
+            "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\n\
+             base_url = \"http://127.0.0.1:1\"\nkey_required = false\n"
+        )
+    };
+    Config::parse(&format!(
+        "{}{}[[routes]]\nname = \"r\"\n\
+         steps = [{{ provider = \"a\", model = \"m\" }}, {{ provider = \"b\", model = \"m\" }}]\n\
+         [breaker]\nconsecutive_failures = 1000000\nmin_requests = 1000000\n[retry]\n{retry}\n",
+        provider("a"),
+        provider("b")
+    ))
+    .unwrap()
+}
+
+async fn run(config: &Config, health: &Arc<Health>, attempter: &mut Failing) -> ChainRun<()> {
+    let keys = KeyRing::default();
+    let inputs = ChainInputs {
+        config,
+        keys: &keys,
+        health,
+        route: &config.routes[0],
+        first_step: 0,
+        deadline: Instant::now() + config.retry.request_deadline,
+        caller: crate::router::breaker::CallerTag::new("test"),
+    };
+    run_chain(inputs, attempter).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_chain_falls_back_only_as_far_as_the_budget_goes() {
+    let config = two_steps("budget_percent = 20\nmin_retries_per_second = 0");
+    let health = Arc::new(Health::new(config.breaker.clone()));
+    let mut attempter = Failing {
+        status: 500,
+        retry_after: None,
+        calls: Vec::new(),
+    };
+    let mut refused = 0;
+    for _ in 0..10 {
+        let run = run(&config, &health, &mut attempter).await;
+        assert!(matches!(run.end, ChainEnd::Exhausted));
+        if ended_by_refusal(&run.attempts) {
+            refused += 1;
+            assert_eq!(run.upstream_attempts(), 1);
+            assert_eq!(
+                describe_failures(&run.attempts),
+                "step 0 a/m: server_error (500); no retry: retry_budget_exhausted (a/m)"
+            );
+        }
+    }
+    // 20 % of a's requests: one fallback after its 5th, one after its 10th.
+    let to_b = attempter.calls.iter().filter(|c| *c == "b").count();
+    assert_eq!((to_b, refused), (2, 8));
+    // b's requests count for b: its failures have a budget of their own, unspent.
+    let (b, m) = deployment("b");
+    let counts = health.retry_budgets().counts(&b, &m, Instant::now());
+    assert_eq!((counts.requests, counts.retries), (2, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_retry_is_not_waited_for_and_a_429_stays_a_429() {
+    let config = two_steps("budget_percent = 0\nmin_retries_per_second = 1");
+    let health = Arc::new(Health::new(config.breaker.clone()));
+    let (a, m) = deployment("a");
+    let floor = config.retry.budget;
+    while health.try_retry(&a, &m, &floor, Instant::now()) {}
+    let mut attempter = Failing {
+        status: 429,
+        retry_after: Some("2"),
+        calls: Vec::new(),
+    };
+    let started = Instant::now();
+    let run = run(&config, &health, &mut attempter).await;
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "no backoff before a refusal"
+    );
+    assert_eq!(attempter.calls, ["a"]);
+    assert!(ended_by_refusal(&run.attempts));
+    assert_eq!(rate_limited_everywhere(&run), Some(Duration::from_secs(2)));
+}
