@@ -6,6 +6,7 @@
 //! - [`router`]: resolves a route, runs the attempt loop over its chain, classifies failures;
 //!   keeps each deployment's circuit breaker and balances a step's deployments.
 //! - [`providers`]: wire formats: encoding requests, decoding answers and event streams.
+//! - [`budgets`]: spend budgets per key and role, reserved at admission and settled on usage.
 //! - [`keys`]: provider secrets, and which keys are benched.
 //! - [`telemetry`]: one record per request, written off the hot path.
 //! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
@@ -18,6 +19,7 @@
 //! [`telemetry::RequestRecord`] comes out of it.
 
 pub mod auth;
+pub mod budgets;
 pub mod check;
 pub mod cluster;
 pub mod config;
