@@ -287,6 +287,9 @@ impl StreamForwarder {
     }
 
     fn finish(&mut self) {
+        // Not settled by now (a break, an upstream error): kept whole, before the client
+        // hears the end, so its next request already sees it.
+        drop(self.reservation.take());
         if let Some(mut guard) = self.guard.take() {
             let record = guard.record();
             let tokens = record.tokens_in.unwrap_or(0) + record.tokens_out.unwrap_or(0);

@@ -115,7 +115,7 @@ async fn settling_returns_the_unused_part_to_the_next_requests() {
 #[tokio::test]
 async fn a_stream_cut_mid_way_keeps_its_whole_reservation() {
     let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content(FIVE_WORDS).chunks(5, 0).drop_after(2))
+        .then(Behavior::ok().content(FIVE_WORDS).chunks(5, 50).drop_after(2))
         .then(Behavior::ok().content(FIVE_WORDS))
         .start()
         .await
