@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::AlertsConfig;
+use crate::telemetry::metrics::SpendCard;
 use crate::store::rollup::{MINUTE_MS, Rollup, RollupData, Series, Sketch};
 
 /// The windows, their names and lengths.
@@ -44,6 +45,9 @@ pub struct Scorecard {
     pub route_series: BTreeMap<String, Vec<SeriesPoint>>,
     /// The alerts raised: one per condition, with the windows in which it holds.
     pub alerts: Vec<Alert>,
+    /// Dollars settled against spend budgets by route, role and key, since this instance
+    /// started (not from the stored log: each instance counts its own).
+    pub budget_spend: SpendCard,
 }
 
 /// The thresholds from `[alerts]`.
@@ -394,6 +398,7 @@ impl Builder {
             series,
             route_series,
             alerts: raised,
+            budget_spend: SpendCard::default(),
         }
     }
 }

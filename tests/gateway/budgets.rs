@@ -12,8 +12,10 @@ use serde_json::{Value, json};
 use switchyard::budgets::{Budget, Period, RedisBudgets, Verdict};
 use switchyard::config::DEFAULT_LEASE;
 use switchyard::limits::RedisLimiter;
+use switchyard::auth::{KeyRequest, issue};
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::server::Gateway;
+use switchyard::store::LimitOverrides;
 
 use super::services;
 use super::support::*;
@@ -230,6 +232,49 @@ async fn callers_without_a_budget_see_no_header_and_no_refusal() {
     let response = post(&gateway, &ask("u", 100_000)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-budget-remaining"), "");
+}
+
+/// The store does not keep a key's own budgets yet (`LimitOverrides` reads them as unset),
+/// so a key here has its role's budget; the override's precedence is unit-tested in
+/// `budgets::tests`.
+#[tokio::test]
+async fn a_keys_spend_is_counted_apart_and_shown_by_key() {
+    let fake = five_word_fake().await;
+    let gateway = gateway(&config(&fake, "1.0", "")).await;
+    let issued = issue(KeyRequest {
+        user: "ann".into(),
+        role: "default".into(),
+        permissions: Vec::new(),
+        models: None,
+        limits: LimitOverrides::default(),
+    })
+    .unwrap();
+    let id = issued.record.id.clone();
+    gateway.store().insert_virtual_key(issued.record).await.unwrap();
+    gateway.keys_current().await;
+    let bearer = format!("Bearer {}", issued.key);
+    let with_key = [("authorization", bearer.as_str())];
+    let admitted = post_with(&gateway, &ask("r", 5), &with_key).await;
+    assert_eq!(admitted.status(), 200);
+    assert_eq!(header(&admitted, "x-switchyard-budget-remaining"), "0.995000");
+    // Without the key, the user's own budget: untouched by the key's spend.
+    let anonymous = post(&gateway, &ask("r", 5)).await;
+    assert_eq!(header(&anonymous, "x-switchyard-budget-remaining"), "0.995000");
+    let never = post_with(&gateway, &ask("r", 2_000), &with_key).await;
+    assert_eq!(never.status(), 402);
+
+    let card: Value = observe(&gateway, "/v1/scorecard").await.json().await.unwrap();
+    let spend = &card["budget_spend"];
+    assert_eq!(spend["keys"][&id], 0.005, "{spend}");
+    assert_eq!(spend["routes"]["r"], 0.01, "{spend}");
+    assert_eq!(spend["roles"]["default"], 0.01, "{spend}");
+    let metrics = metrics_text(&gateway.url(), METRICS_TOKEN).await;
+    let by_key = format!("switchyard_budget_key_spend_usd_total{{key=\"{id}\"}} 0.005");
+    assert!(metrics.contains(&by_key), "{metrics}");
+    assert!(
+        metrics.contains("switchyard_budget_refused_total{reason=\"budget_too_small\"} 1"),
+        "{metrics}"
+    );
 }
 
 mod redis {
