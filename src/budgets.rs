@@ -479,7 +479,12 @@ impl Reservation {
     ) -> Option<u64> {
         let usage = usage?;
         self.prices
-            .cost(provider, model, usage.prompt_tokens, usage.completion_tokens)
+            .cost(
+                provider,
+                model,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+            )
             .ok()
     }
 
@@ -493,11 +498,7 @@ impl Reservation {
                 owner,
                 held,
             } => budgets.settle(owner, *held, cost),
-            Lease::Redis {
-                budgets,
-                owner,
-                id,
-            } => budgets.settle(owner, id, cost).await,
+            Lease::Redis { budgets, owner, id } => budgets.settle(owner, id, cost).await,
         }
     }
 

@@ -91,7 +91,10 @@ impl MemoryBudgets {
         let state = self.account(owner);
         let mut account = state.lock().unwrap_or_else(|e| e.into_inner());
         if account.day == held.day {
-            account.day_spent = account.day_spent.saturating_sub(held.amount).saturating_add(cost);
+            account.day_spent = account
+                .day_spent
+                .saturating_sub(held.amount)
+                .saturating_add(cost);
         }
         if account.month == held.month {
             account.month_spent = account
@@ -158,13 +161,25 @@ mod tests {
         let (_, held) = budgets.reserve(&owner, 10_000, day_budget(25_000), at);
         let (_, second) = budgets.reserve(&owner, 10_000, day_budget(25_000), at);
         let (third, none) = budgets.reserve(&owner, 10_000, day_budget(25_000), at);
-        assert!(matches!(third, Verdict::Exceeded { period: Period::Day, spent: 20_000, .. }));
+        assert!(matches!(
+            third,
+            Verdict::Exceeded {
+                period: Period::Day,
+                spent: 20_000,
+                ..
+            }
+        ));
         assert!(none.is_none());
         budgets.settle(&owner, held.unwrap(), 2_000);
         budgets.settle(&owner, second.unwrap(), 2_000);
         assert_eq!(budgets.spent(&owner, at), (4_000, 4_000));
         let (fits, _) = budgets.reserve(&owner, 10_000, day_budget(25_000), at);
-        assert!(matches!(fits, Verdict::Reserved { remaining: Some(11_000) }));
+        assert!(matches!(
+            fits,
+            Verdict::Reserved {
+                remaining: Some(11_000)
+            }
+        ));
         let tomorrow = Calendar::at(at.end_ms(Period::Day));
         assert_eq!(budgets.spent(&owner, tomorrow).0, 0);
     }

@@ -128,7 +128,10 @@ mod tests {
         assert_eq!(at.month, 2026 * 12 + 10);
         let december = Calendar::at(at.end_ms(Period::Month) + 1);
         assert_eq!(december.month, at.month + 1);
-        assert_eq!(iso8601(december.end_ms(Period::Month)), "2027-01-01T00:00:00Z");
+        assert_eq!(
+            iso8601(december.end_ms(Period::Month)),
+            "2027-01-01T00:00:00Z"
+        );
         assert_eq!(
             at.reset(Period::Day),
             Duration::from_millis(at.end_ms(Period::Day) - LATE_NOVEMBER)

@@ -30,7 +30,11 @@ pub struct TokenEstimate {
 /// text plus its JSON syntax, so this over-estimates (about four times, for English) and
 /// never under-estimates text. It does under-estimate an image given by URL, whose tokens
 /// depend on its pixels; the settlement charges what the provider reports.
-pub fn estimate(body: &RequestBody, operation: Operation, default_max_tokens: u64) -> TokenEstimate {
+pub fn estimate(
+    body: &RequestBody,
+    operation: Operation,
+    default_max_tokens: u64,
+) -> TokenEstimate {
     let input = body.raw().len() as u64;
     if operation == Operation::Embeddings {
         return TokenEstimate { input, output: 0 };
@@ -105,7 +109,12 @@ impl Prices {
         tokens: TokenEstimate,
     ) -> Result<u64, NoPrice> {
         let mut most = 0;
-        for deployment in route.steps.iter().skip(first_step).flat_map(|s| &s.deployments) {
+        for deployment in route
+            .steps
+            .iter()
+            .skip(first_step)
+            .flat_map(|s| &s.deployments)
+        {
             let cost = self.cost(
                 &deployment.provider,
                 &deployment.model,
@@ -151,14 +160,28 @@ mod tests {
     fn the_estimate_is_the_body_in_bytes_and_the_named_cap() {
         let text = r#"{"model":"r","max_tokens":100,"messages":[{"role":"user","content":"Hi"}]}"#;
         let tokens = estimate(&body(text), Operation::Chat, 4096);
-        assert_eq!(tokens, TokenEstimate { input: text.len() as u64, output: 100 });
+        assert_eq!(
+            tokens,
+            TokenEstimate {
+                input: text.len() as u64,
+                output: 100
+            }
+        );
         for field in ["max_completion_tokens", "max_output_tokens"] {
             let text = format!(r#"{{"model":"r","{field}":7,"n":3}}"#);
-            assert_eq!(estimate(&body(&text), Operation::Chat, 4096).output, 21, "{field}");
+            assert_eq!(
+                estimate(&body(&text), Operation::Chat, 4096).output,
+                21,
+                "{field}"
+            );
         }
         let none = estimate(&body(r#"{"model":"r"}"#), Operation::Chat, 4096);
         assert_eq!(none.output, 4096);
-        let embeddings = estimate(&body(r#"{"model":"r","input":"x"}"#), Operation::Embeddings, 4096);
+        let embeddings = estimate(
+            &body(r#"{"model":"r","input":"x"}"#),
+            Operation::Embeddings,
+            4096,
+        );
         assert_eq!(embeddings.output, 0);
     }
 
@@ -167,7 +190,8 @@ mod tests {
         // A byte-pair tokenizer makes at most one token per byte; the JSON around the text
         // adds bytes but no tokens, so the body's length bounds the prompt from above.
         let prompt = "naïve 日本語 text with some words, and punctuation!".repeat(20);
-        let json = serde_json::json!({"model": "r", "messages": [{"role": "user", "content": prompt}]});
+        let json =
+            serde_json::json!({"model": "r", "messages": [{"role": "user", "content": prompt}]});
         let tokens = estimate(&body(&json.to_string()), Operation::Chat, 1);
         assert!(tokens.input >= prompt.len() as u64);
     }
@@ -177,7 +201,10 @@ mod tests {
         let config = config();
         let prices = Prices::of(&config);
         let route = &config.routes[0];
-        let tokens = TokenEstimate { input: 1000, output: 100 };
+        let tokens = TokenEstimate {
+            input: 1000,
+            output: 100,
+        };
         // dear: 1000 × 3 + 100 × 15 = 4500 micro-dollars; cheap: 500 + 150 = 650.
         assert_eq!(prices.most_on_route(route, 0, tokens), Ok(4500));
         assert_eq!(prices.most_on_route(route, 1, tokens), Ok(4500));
@@ -192,7 +219,10 @@ mod tests {
         let mut config = config();
         config.prices.pop();
         let route = config.routes[0].clone();
-        let tokens = TokenEstimate { input: 10, output: 10 };
+        let tokens = TokenEstimate {
+            input: 10,
+            output: 10,
+        };
         let refused = Prices::of(&config).most_on_route(&route, 0, tokens);
         assert_eq!(refused.unwrap_err().model.as_str(), "dear");
         config.budgets.unpriced = Unpriced::Free;

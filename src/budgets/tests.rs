@@ -121,9 +121,7 @@ fn the_judgement_names_the_month_first_and_says_what_is_left() {
     // Exactly filling a budget fits.
     assert_eq!(
         judge(50, both, 50, 0, resets),
-        Verdict::Reserved {
-            remaining: Some(0)
-        }
+        Verdict::Reserved { remaining: Some(0) }
     );
 }
 
@@ -138,7 +136,11 @@ fn refusals_name_the_budget_the_amount_and_the_reset() {
         resets_at_ms: 1_796_083_200_000,
     };
     let message = exceeded.to_string();
-    for part in ["$25.000000 daily budget", "$0.012345", "2026-12-01T00:00:00Z"] {
+    for part in [
+        "$25.000000 daily budget",
+        "$0.012345",
+        "2026-12-01T00:00:00Z",
+    ] {
         assert!(message.contains(part), "{part}: {message}");
     }
     assert_eq!(exceeded.kind(), "budget_exceeded");

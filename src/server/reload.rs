@@ -24,8 +24,8 @@ use sha2::{Digest, Sha256};
 
 use super::admin::Admin;
 use super::{AppState, Shared};
-use crate::config::{Config, ConfigError, FieldError, Route};
 use crate::budgets::Budgets;
+use crate::config::{Config, ConfigError, FieldError, Route};
 use crate::limits::Limits;
 use crate::store::now_ms;
 use crate::telemetry::metrics::{ConfigStamp, LabelNames};

@@ -34,10 +34,14 @@ pub async fn reserve(
         body: &request.body,
         operation: request.operation,
     };
-    state.budgets().reserve(ask).await.map_err(|error| match error {
-        BudgetError::Refused(refusal) => ApiError::OverBudget(refusal),
-        BudgetError::Unavailable => ApiError::BudgetsUnavailable,
-    })
+    state
+        .budgets()
+        .reserve(ask)
+        .await
+        .map_err(|error| match error {
+            BudgetError::Refused(refusal) => ApiError::OverBudget(refusal),
+            BudgetError::Unavailable => ApiError::BudgetsUnavailable,
+        })
 }
 
 /// Settles a whole (non-stream) answer: at its reported usage, priced at the deployment that

@@ -18,8 +18,8 @@ mod budgets;
 mod labels;
 mod reload;
 
-pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
 pub use budgets::{BudgetMetrics, SpendCard};
+pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
 pub use reload::{ConfigStamp, ReloadMetrics};
 
 /// `switchyard_requests_total`'s labels.

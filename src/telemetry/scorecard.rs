@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::config::AlertsConfig;
-use crate::telemetry::metrics::SpendCard;
 use crate::store::rollup::{MINUTE_MS, Rollup, RollupData, Series, Sketch};
+use crate::telemetry::metrics::SpendCard;
 
 /// The windows, their names and lengths.
 pub const WINDOWS: [(&str, i64); 3] = [("5m", 300_000), ("1h", 3_600_000), ("24h", 86_400_000)];

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
+use switchyard::auth::{KeyRequest, issue};
 use switchyard::budgets::{Budget, Period, RedisBudgets, Verdict};
 use switchyard::config::DEFAULT_LEASE;
-use switchyard::limits::RedisLimiter;
-use switchyard::auth::{KeyRequest, issue};
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::limits::RedisLimiter;
 use switchyard::server::Gateway;
 use switchyard::store::LimitOverrides;
 
@@ -52,7 +52,10 @@ async fn burst(gateways: &[&Gateway], body: &Value, count: usize) -> (usize, usi
     let client = client();
     let requests = (0..count).map(|i| {
         client
-            .post(format!("{}/v1/chat/completions", gateways[i % gateways.len()].url()))
+            .post(format!(
+                "{}/v1/chat/completions",
+                gateways[i % gateways.len()].url()
+            ))
             .json(body)
             .send()
     });
@@ -117,7 +120,12 @@ async fn settling_returns_the_unused_part_to_the_next_requests() {
 #[tokio::test]
 async fn a_stream_cut_mid_way_keeps_its_whole_reservation() {
     let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content(FIVE_WORDS).chunks(5, 50).drop_after(2))
+        .then(
+            Behavior::ok()
+                .content(FIVE_WORDS)
+                .chunks(5, 50)
+                .drop_after(2),
+        )
         .then(Behavior::ok().content(FIVE_WORDS))
         .start()
         .await
@@ -135,7 +143,10 @@ async fn a_stream_cut_mid_way_keeps_its_whole_reservation() {
     assert_eq!(next.status(), 200);
     assert_eq!(header(&next, "x-switchyard-budget-remaining"), "0.005000");
     let kept = metrics_text(&gateway.url(), METRICS_TOKEN).await;
-    assert!(kept.contains("switchyard_budget_reservations_kept_total 1"), "{kept}");
+    assert!(
+        kept.contains("switchyard_budget_reservations_kept_total 1"),
+        "{kept}"
+    );
 }
 
 #[tokio::test]
@@ -170,9 +181,16 @@ async fn a_request_over_what_is_left_gets_a_402_before_any_upstream_call() {
     assert!(message.contains("$0.014000 daily budget"), "{message}");
     assert!(message.contains("T00:00:00Z"), "{message}");
     assert_eq!(fake.calls(), calls, "refused before any upstream call");
-    let id = header(&post(&gateway, &ask("r", 10)).await, "x-switchyard-request-id").to_owned();
+    let id = header(
+        &post(&gateway, &ask("r", 10)).await,
+        "x-switchyard-request-id",
+    )
+    .to_owned();
     let row = record(&gateway, &id).await;
-    assert_eq!((row.status, row.error.as_deref()), (402, Some("budget_exceeded")));
+    assert_eq!(
+        (row.status, row.error.as_deref()),
+        (402, Some("budget_exceeded"))
+    );
 }
 
 #[tokio::test]
@@ -203,7 +221,10 @@ async fn an_unpriced_model_is_refused_by_default_and_admitted_when_free() {
     let lenient = gateway(&config(&fake, "1.0", "[budgets]\nunpriced = \"free\"\n")).await;
     let admitted = post(&lenient, &ask("u", 5)).await;
     assert_eq!(admitted.status(), 200);
-    assert_eq!(header(&admitted, "x-switchyard-budget-remaining"), "1.000000");
+    assert_eq!(
+        header(&admitted, "x-switchyard-budget-remaining"),
+        "1.000000"
+    );
 }
 
 #[tokio::test]
@@ -216,7 +237,12 @@ async fn an_anthropic_client_gets_its_own_error_shape() {
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["type"], "error");
     assert_eq!(body["error"]["type"], "billing_error");
-    assert!(body["error"]["message"].as_str().unwrap().contains("never fit"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("never fit")
+    );
     assert_eq!(fake.calls(), 0);
 }
 
@@ -250,20 +276,34 @@ async fn a_keys_spend_is_counted_apart_and_shown_by_key() {
     })
     .unwrap();
     let id = issued.record.id.clone();
-    gateway.store().insert_virtual_key(issued.record).await.unwrap();
+    gateway
+        .store()
+        .insert_virtual_key(issued.record)
+        .await
+        .unwrap();
     gateway.keys_current().await;
     let bearer = format!("Bearer {}", issued.key);
     let with_key = [("authorization", bearer.as_str())];
     let admitted = post_with(&gateway, &ask("r", 5), &with_key).await;
     assert_eq!(admitted.status(), 200);
-    assert_eq!(header(&admitted, "x-switchyard-budget-remaining"), "0.995000");
+    assert_eq!(
+        header(&admitted, "x-switchyard-budget-remaining"),
+        "0.995000"
+    );
     // Without the key, the user's own budget: untouched by the key's spend.
     let anonymous = post(&gateway, &ask("r", 5)).await;
-    assert_eq!(header(&anonymous, "x-switchyard-budget-remaining"), "0.995000");
+    assert_eq!(
+        header(&anonymous, "x-switchyard-budget-remaining"),
+        "0.995000"
+    );
     let never = post_with(&gateway, &ask("r", 2_000), &with_key).await;
     assert_eq!(never.status(), 402);
 
-    let card: Value = observe(&gateway, "/v1/scorecard").await.json().await.unwrap();
+    let card: Value = observe(&gateway, "/v1/scorecard")
+        .await
+        .json()
+        .await
+        .unwrap();
     let spend = &card["budget_spend"];
     assert_eq!(spend["keys"][&id], 0.005, "{spend}");
     assert_eq!(spend["routes"]["r"], 0.01, "{spend}");
@@ -311,8 +351,7 @@ mod redis {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn three_gateways_on_one_redis_admit_exactly_twenty_of_fifty() {
-        if !services::redis_reachable("three_gateways_on_one_redis_admit_exactly_twenty_of_fifty")
-        {
+        if !services::redis_reachable("three_gateways_on_one_redis_admit_exactly_twenty_of_fifty") {
             return;
         }
         let fake = five_word_fake().await;
@@ -374,22 +413,51 @@ mod redis {
         let owner = "user:anonymous";
         for _ in 0..3 {
             // A retried admission of the same request reserves once.
-            let verdict = budgets.reserve(owner, "req-1", 10_000, budget).await.unwrap();
-            assert_eq!(verdict, Verdict::Reserved { remaining: Some(15_000) });
+            let verdict = budgets
+                .reserve(owner, "req-1", 10_000, budget)
+                .await
+                .unwrap();
+            assert_eq!(
+                verdict,
+                Verdict::Reserved {
+                    remaining: Some(15_000)
+                }
+            );
         }
         assert_eq!(spent_today(&prefix).await, 10_000);
-        budgets.reserve(owner, "req-2", 10_000, budget).await.unwrap();
-        let third = budgets.reserve(owner, "req-3", 10_000, budget).await.unwrap();
-        assert!(matches!(third, Verdict::Exceeded { spent: 20_000, .. }), "{third:?}");
+        budgets
+            .reserve(owner, "req-2", 10_000, budget)
+            .await
+            .unwrap();
+        let third = budgets
+            .reserve(owner, "req-3", 10_000, budget)
+            .await
+            .unwrap();
+        assert!(
+            matches!(third, Verdict::Exceeded { spent: 20_000, .. }),
+            "{third:?}"
+        );
         // A retried settlement releases once, and a settled request cannot reserve again.
         assert!(budgets.try_settle(owner, "req-1", 2_000).await.unwrap());
         assert!(!budgets.try_settle(owner, "req-1", 2_000).await.unwrap());
         assert_eq!(spent_today(&prefix).await, 12_000);
-        budgets.reserve(owner, "req-1", 10_000, budget).await.unwrap();
+        budgets
+            .reserve(owner, "req-1", 10_000, budget)
+            .await
+            .unwrap();
         assert_eq!(spent_today(&prefix).await, 12_000);
         // A settlement of a request never reserved changes nothing.
         assert!(!budgets.try_settle(owner, "req-9", 0).await.unwrap());
-        let never = budgets.reserve(owner, "req-4", 30_000, budget).await.unwrap();
-        assert_eq!(never, Verdict::NeverFits { period: Period::Day, budget: 25_000 });
+        let never = budgets
+            .reserve(owner, "req-4", 30_000, budget)
+            .await
+            .unwrap();
+        assert_eq!(
+            never,
+            Verdict::NeverFits {
+                period: Period::Day,
+                budget: 25_000
+            }
+        );
     }
 }

@@ -85,7 +85,10 @@ mod tests {
             "budgets.unpriced",
             "budgets.default_max_tokens",
         ] {
-            assert!(found.iter().any(|e| e.starts_with(field)), "{field}: {found:?}");
+            assert!(
+                found.iter().any(|e| e.starts_with(field)),
+                "{field}: {found:?}"
+            );
         }
     }
 

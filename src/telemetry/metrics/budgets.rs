@@ -95,7 +95,13 @@ impl BudgetMetrics {
     }
 
     /// Counts settled spend; `route` and `role` are already label values.
-    pub(super) fn spent(&self, route: LabelValue, role: LabelValue, key: Option<&str>, micros: u64) {
+    pub(super) fn spent(
+        &self,
+        route: LabelValue,
+        role: LabelValue,
+        key: Option<&str>,
+        micros: u64,
+    ) {
         let usd = micros as f64 / 1e6;
         let mut tallies = self.tallies.lock().unwrap_or_else(|e| e.into_inner());
         *tallies.routes.entry(route.as_str().to_owned()).or_default() += micros;
@@ -109,7 +115,9 @@ impl BudgetMetrics {
                 .inc_by(usd);
         }
         drop(tallies);
-        self.spend.get_or_create(&RouteRole { route, role }).inc_by(usd);
+        self.spend
+            .get_or_create(&RouteRole { route, role })
+            .inc_by(usd);
     }
 
     /// Settled spend since start, for the scorecard.
