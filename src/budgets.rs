@@ -15,22 +15,26 @@ mod memory;
 pub mod period;
 pub mod price;
 mod redis;
+mod refusal;
+mod reservation;
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::auth::Caller;
-use crate::config::{Config, FailMode, ModelName, ProviderId, Route, RouteName};
+use crate::config::{Config, FailMode, Route};
 use crate::limits::Limits;
-use crate::providers::{Operation, RequestBody, Usage};
+use crate::providers::{Operation, RequestBody};
 use crate::telemetry::metrics::Metrics;
 
 pub use memory::{Held, MemoryBudgets};
 pub use period::{Calendar, Period};
 pub use price::{NoPrice, Prices, TokenEstimate};
 pub use redis::RedisBudgets;
+pub use refusal::{BudgetRefusal, dollars};
+pub use reservation::Reservation;
+use reservation::{Lease, Tally};
 
 /// A caller's budgets in micro-USD: its role's, with its key's overrides on top.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,98 +104,6 @@ fn judge(amount: u64, budget: Budget, day: u64, month: u64, resets: [Duration; 2
     Verdict::Reserved {
         remaining: budget.remaining(day.saturating_add(amount), month.saturating_add(amount)),
     }
-}
-
-/// Why a request was refused by a budget: the client's 402.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BudgetRefusal {
-    /// The request's most cost does not fit what is left until the period resets.
-    Exceeded {
-        period: Period,
-        budget: u64,
-        spent: u64,
-        needed: u64,
-        reset: Duration,
-        /// When it resets, in milliseconds since the Unix epoch.
-        resets_at_ms: u64,
-    },
-    /// The request's most cost is more than the whole budget.
-    NeverFits {
-        period: Period,
-        budget: u64,
-        needed: u64,
-    },
-    /// A model the route may use has no price, and `[budgets] unpriced = "refuse"`.
-    Unpriced(NoPrice),
-}
-
-impl BudgetRefusal {
-    /// The error's `code`, and the reason label of the refusals metric.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            BudgetRefusal::Exceeded { .. } => "budget_exceeded",
-            BudgetRefusal::NeverFits { .. } => "budget_too_small",
-            BudgetRefusal::Unpriced(_) => "model_unpriced",
-        }
-    }
-
-    /// How long until retrying can help; `None` when it never will.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            BudgetRefusal::Exceeded { reset, .. } => Some(*reset),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for BudgetRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BudgetRefusal::Exceeded {
-                period,
-                budget,
-                spent,
-                needed,
-                resets_at_ms,
-                ..
-            } => write!(
-                f,
-                "spend budget exceeded: this request may cost up to ${}, and ${} of the ${} {} budget is spent or reserved; it resets at {}",
-                dollars(*needed),
-                dollars(*spent),
-                dollars(*budget),
-                adjective(*period),
-                period::iso8601(*resets_at_ms),
-            ),
-            BudgetRefusal::NeverFits {
-                period,
-                budget,
-                needed,
-            } => write!(
-                f,
-                "this request may cost up to ${}, more than the whole ${} {} budget, so it can never fit: lower max_tokens or shorten the prompt",
-                dollars(*needed),
-                dollars(*budget),
-                adjective(*period),
-            ),
-            BudgetRefusal::Unpriced(NoPrice { provider, model }) => write!(
-                f,
-                "`{provider}/{model}`, which this route may use, has no price in [[prices]], so a spend budget cannot bound this request ([budgets] unpriced = \"refuse\")"
-            ),
-        }
-    }
-}
-
-fn adjective(period: Period) -> &'static str {
-    match period {
-        Period::Day => "daily",
-        Period::Month => "monthly",
-    }
-}
-
-/// Micro-dollars as dollars with six decimals: `0.005000`.
-pub fn dollars(micros: u64) -> String {
-    format!("{}.{:06}", micros / 1_000_000, micros % 1_000_000)
 }
 
 /// Why a reservation was not made.
@@ -415,109 +327,6 @@ fn roles_of(config: &Config) -> HashMap<String, Budget> {
             (r.name.clone(), budget)
         })
         .collect()
-}
-
-/// Where a reservation is held.
-enum Lease {
-    Memory {
-        budgets: MemoryBudgets,
-        owner: Arc<str>,
-        held: Held,
-    },
-    Redis {
-        budgets: RedisBudgets,
-        owner: Arc<str>,
-        id: Arc<str>,
-    },
-}
-
-/// Whose spend a reservation counts in the metrics.
-struct Tally {
-    metrics: Arc<Metrics>,
-    route: RouteName,
-    role: Arc<str>,
-    key: Option<Arc<str>>,
-}
-
-impl Tally {
-    fn spent(&self, micros: u64) {
-        self.metrics
-            .budget_spend(self.route.as_str(), &self.role, self.key.as_deref(), micros);
-    }
-}
-
-/// A request's reserved spend. [`Reservation::settle`] replaces it by the real cost;
-/// dropped unsettled, it stays charged whole, so no path can forget and undercharge.
-pub struct Reservation {
-    amount: u64,
-    remaining: Option<u64>,
-    lease: Lease,
-    prices: Arc<Prices>,
-    tally: Tally,
-    settled: bool,
-}
-
-impl Reservation {
-    /// What was reserved, in micro-USD.
-    pub fn amount(&self) -> u64 {
-        self.amount
-    }
-
-    /// `x-switchyard-budget-remaining`: US dollars left of the tightest budget after this
-    /// reservation.
-    pub fn remaining_header(&self) -> Option<String> {
-        self.remaining.map(dollars)
-    }
-
-    /// What an answer cost at the deployment that served it; `None` when it cannot be told
-    /// (no usage reported, or an unpriced model), and the reservation should stand.
-    pub fn cost_of(
-        &self,
-        provider: &ProviderId,
-        model: &ModelName,
-        usage: Option<Usage>,
-    ) -> Option<u64> {
-        let usage = usage?;
-        self.prices
-            .cost(
-                provider,
-                model,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-            )
-            .ok()
-    }
-
-    /// Replaces the reservation by `cost`, returning what was unused at once.
-    pub async fn settle(mut self, cost: u64) {
-        self.settled = true;
-        self.tally.spent(cost);
-        match &self.lease {
-            Lease::Memory {
-                budgets,
-                owner,
-                held,
-            } => budgets.settle(owner, *held, cost),
-            Lease::Redis { budgets, owner, id } => budgets.settle(owner, id, cost).await,
-        }
-    }
-
-    /// Settles at `cost` when it is known, else keeps the whole reservation.
-    pub async fn settle_or_keep(self, cost: Option<u64>) {
-        if let Some(cost) = cost {
-            self.settle(cost).await;
-        }
-    }
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        if !self.settled {
-            // Kept whole: the cost is unknown, and the budget must not be undercharged.
-            self.tally.metrics.budgets.kept.inc();
-            self.tally.spent(self.amount);
-        }
-    }
 }
 
 #[cfg(test)]
