@@ -72,6 +72,8 @@ pub struct Config {
     pub prices: Vec<Price>,
     pub admin: AdminConfig,
     pub cluster: ClusterConfig,
+    /// `[budgets]`: how spend budgets price what the price table does not.
+    pub budgets: BudgetsConfig,
 }
 
 /// A secret written in the config file; its `Debug` prints `***`.
@@ -295,6 +297,41 @@ pub struct Role {
     pub window: Window,
     /// The routes and `provider/model` patterns the role may use; all when `None`.
     pub models: Option<Vec<ModelPattern>>,
+    /// Spend budget per UTC day, in millionths of a US dollar.
+    pub budget_per_day_micros: Option<u64>,
+    /// Spend budget per UTC calendar month, in millionths of a US dollar.
+    pub budget_per_month_micros: Option<u64>,
+}
+
+/// `[budgets]`: the rules every spend budget shares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BudgetsConfig {
+    /// What a caller with a budget gets when a model its route may use has no price.
+    pub unpriced: Unpriced,
+    /// Output tokens reserved for a request that names no `max_tokens` (or its kin).
+    pub default_max_tokens: u64,
+}
+
+/// `[budgets] default_max_tokens` unless the file says otherwise.
+pub const DEFAULT_BUDGET_MAX_TOKENS: u64 = 4096;
+
+impl Default for BudgetsConfig {
+    fn default() -> BudgetsConfig {
+        BudgetsConfig {
+            unpriced: Unpriced::Refuse,
+            default_max_tokens: DEFAULT_BUDGET_MAX_TOKENS,
+        }
+    }
+}
+
+/// How a budget treats a model missing from `[[prices]]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unpriced {
+    /// Refuse the request: its cost could not be bounded.
+    #[default]
+    Refuse,
+    /// Admit it, and count it as costing nothing.
+    Free,
 }
 
 /// The wire format a provider speaks.

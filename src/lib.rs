@@ -7,6 +7,7 @@
 //!   keeps each deployment's circuit breaker and retry budget, and balances a step's
 //!   deployments.
 //! - [`providers`]: wire formats: encoding requests, decoding answers and event streams.
+//! - [`budgets`]: spend budgets per key and role, reserved at admission and settled on usage.
 //! - [`keys`]: provider secrets, and which keys are benched.
 //! - [`telemetry`]: one record per request, written off the hot path.
 //! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
@@ -19,6 +20,7 @@
 //! [`telemetry::RequestRecord`] comes out of it.
 
 pub mod auth;
+pub mod budgets;
 pub mod check;
 pub mod cluster;
 pub mod config;

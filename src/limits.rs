@@ -19,7 +19,7 @@ use crate::config::{Config, FailMode, LimitBackend, Role, Window};
 use crate::telemetry::metrics::Metrics;
 
 pub use memory::MemoryLimiter;
-pub use redis::RedisLimiter;
+pub use redis::{RedisFailure, RedisLimiter};
 
 /// The limits that apply to one caller: its role's, with its key's overrides.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -388,6 +388,14 @@ impl Limits {
     /// What happens to requests while the backend is down.
     pub fn fail_mode(&self) -> FailMode {
         self.fail_mode
+    }
+
+    /// The shared limiter's Redis, when limits live there: spend budgets use it too.
+    pub fn redis(&self) -> Option<RedisLimiter> {
+        match &self.backend {
+            Backend::Memory(_) => None,
+            Backend::Redis { shared, .. } => Some(shared.clone()),
+        }
     }
 
     /// The backend's name, for `/readyz`.

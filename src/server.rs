@@ -19,6 +19,7 @@ mod readiness;
 pub mod reload;
 mod responses;
 mod scorecard;
+mod spend;
 mod startup;
 mod stream;
 mod watch;
@@ -45,6 +46,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::auth::Directory;
+use crate::budgets::Budgets;
 use crate::config::{Config, FailMode, Route};
 use crate::keys::Secret;
 use crate::keys::provider_keys::{KeyError, ProviderKeys};
@@ -133,6 +135,11 @@ impl AppState {
     /// Every caller's limits under this config; the counts outlive reloads.
     pub fn limits(&self) -> &Limits {
         &self.live.limits
+    }
+
+    /// Every caller's spend budgets under this config; the spend outlives reloads.
+    pub fn budgets(&self) -> &Budgets {
+        &self.live.budgets
     }
 
     /// The router state for this gateway.
@@ -264,7 +271,8 @@ impl AppState {
             config.admin.max_concurrent_scorecards,
         ));
         let unauthorized_rows = config.auth.unauthorized_log_rows_per_minute;
-        let live = Live::new(config, limits);
+        let budgets = Budgets::new(&config, &limits, telemetry.metrics.clone());
+        let live = Live::new(config, limits, budgets);
         telemetry.metrics.reload.loaded(&live.stamp);
         let shared = Shared {
             live: arc_swap::ArcSwap::from_pointee(live),

@@ -10,6 +10,7 @@ mod gateway {
     pub mod bounds;
     mod breaker_judgement;
     mod breakers;
+    mod budgets;
     mod client_hints;
     mod cluster;
     mod cluster_breakers;

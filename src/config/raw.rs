@@ -39,6 +39,16 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     #[serde(default)]
     pub cluster: RawCluster,
+    #[serde(default)]
+    pub budgets: RawBudgets,
+}
+
+/// `[budgets]`: how spend budgets treat unpriced models and requests without `max_tokens`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBudgets {
+    pub unpriced: Option<String>,
+    pub default_max_tokens: Option<u64>,
 }
 
 /// What instances of one cluster share beyond the limiter: their breakers, through Redis.
@@ -156,6 +166,9 @@ pub struct RawRole {
     pub window: Option<String>,
     /// The routes and `provider/model` patterns the role may use; all when unset.
     pub models: Option<Vec<String>>,
+    /// Spend budgets in US dollars.
+    pub budget_per_day: Option<f64>,
+    pub budget_per_month: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]

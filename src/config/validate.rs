@@ -2,6 +2,7 @@
 
 mod access;
 mod breaker;
+mod budgets;
 mod cluster;
 mod lease;
 mod location;
@@ -149,6 +150,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let alerts = telemetry::alerts(&mut errors, raw.alerts);
     let prices = telemetry::prices(&mut errors, raw.prices, &providers);
     let admin = telemetry::admin(&mut errors, raw.admin);
+    let budgets = budgets::budgets(&mut errors, raw.budgets);
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
@@ -190,6 +192,16 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
                 }
             },
             models: access::role_models(&mut errors, i, r.models),
+            budget_per_day_micros: budgets::dollars(
+                &mut errors,
+                &format!("roles[{i}].budget_per_day"),
+                r.budget_per_day,
+            ),
+            budget_per_month_micros: budgets::dollars(
+                &mut errors,
+                &format!("roles[{i}].budget_per_month"),
+                r.budget_per_month,
+            ),
             name: r.name,
             requests_per_minute: r.requests_per_minute,
             tokens_per_minute: r.tokens_per_minute,
@@ -218,6 +230,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         prices,
         admin,
         cluster,
+        budgets,
     })
 }
 

@@ -97,13 +97,13 @@ impl RedisLimiter {
     }
 
     /// The user's keys; the hash tag keeps them in one slot of a Redis cluster.
-    fn key(&self, user: &str, what: &str) -> String {
+    pub(crate) fn key(&self, user: &str, what: &str) -> String {
         format!("{}:{{{user}}}:{what}", self.prefix)
     }
 
     /// Runs one command with a deadline, and once more if it found the connection broken.
     /// Only for commands that are safe to repeat.
-    async fn run<T, F, Fut>(&self, command: F) -> Result<T, RedisFailure>
+    pub(crate) async fn run<T, F, Fut>(&self, command: F) -> Result<T, RedisFailure>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,

@@ -18,8 +18,10 @@ use super::connection::is_body_timeout;
 use super::degraded;
 use super::error::ApiError;
 use super::listener::ClientAddr;
+use super::spend;
 use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
+use crate::budgets::Reservation;
 use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, RequestBody};
@@ -40,6 +42,8 @@ struct Prepared {
     first_step: usize,
     /// Who asks, as breakers tell callers apart.
     caller: CallerTag,
+    /// The spend reserved against the caller's budget, settled when the answer ends.
+    reservation: Option<Reservation>,
 }
 
 /// The endpoint a request came in on: its format, what it asks, and how its fields are
@@ -134,6 +138,17 @@ async fn serve(
         Err(error) => return refuse(guard, error, format),
     };
     let rate_headers = permit.headers;
+    // Spend budgets: after the rate limits admit, before any upstream is called.
+    let (route, first_step) = (&prepared.route, prepared.first_step);
+    prepared.reservation =
+        match spend::reserve(state, &caller, &id, route, first_step, &prepared.request).await {
+            Ok(reservation) => reservation,
+            Err(error) => return refuse(guard, error, format),
+        };
+    let remaining = prepared
+        .reservation
+        .as_ref()
+        .and_then(Reservation::remaining_header);
     let mut response = if prepared.stream {
         route_stream(state, prepared, guard, permit).await
     } else {
@@ -143,6 +158,7 @@ async fn serve(
         response = super::responses::after(plan, response).await;
     }
     admission::add_rate_headers(&mut response, &rate_headers);
+    spend::add_remaining_header(&mut response, remaining);
     response
 }
 
@@ -226,6 +242,7 @@ fn prepare(
         stream,
         first_step: 0,
         caller: CallerTag::new(""),
+        reservation: None,
     })
 }
 
@@ -253,6 +270,7 @@ async fn route_json(
         caller: prepared.caller,
     };
     let mut run = run_chain(inputs, &mut attempter).await;
+    spend::settle_json(prepared.reservation, &run).await;
     let end = std::mem::replace(&mut run.end, ChainEnd::Exhausted);
     let (response, served) = match end {
         ChainEnd::Served { step, output } => {
@@ -282,7 +300,7 @@ async fn route_json(
 
 async fn route_stream(
     state: &AppState,
-    prepared: Prepared,
+    mut prepared: Prepared,
     mut guard: RecordGuard,
     permit: Permit,
 ) -> Response {
@@ -304,6 +322,9 @@ async fn route_stream(
         caller: prepared.caller,
     };
     let mut run = run_chain(inputs, &mut attempter).await;
+    if !matches!(run.end, ChainEnd::Served { .. }) {
+        spend::settle_unserved(prepared.reservation.take()).await;
+    }
     match std::mem::replace(&mut run.end, ChainEnd::Exhausted) {
         ChainEnd::Served { step, output } => {
             let outcome = if step == 0 {
@@ -336,7 +357,8 @@ async fn route_stream(
                 grace_over: state.grace_over.subscribe(),
             };
             let verdict = run.verdict.take();
-            let forwarder = StreamForwarder::new(output, guard, permit, verdict, limits);
+            let forwarder = StreamForwarder::new(output, guard, permit, verdict, limits)
+                .with_reservation(prepared.reservation);
             *response.body_mut() = forwarder.into_body();
             response
         }

@@ -5,6 +5,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::budgets::BudgetRefusal;
 use crate::limits::{RateHeaders, Refusal};
 use crate::providers::{self, ClientFormat};
 
@@ -59,6 +60,11 @@ pub enum ApiError {
     RateLimited(Refusal),
     #[error("the rate-limit backend is unavailable, and limits fail closed")]
     LimitsUnavailable,
+    /// A spend budget refuses the request's reservation: a 402.
+    #[error("{0}")]
+    OverBudget(BudgetRefusal),
+    #[error("the spend-budget backend is unavailable, and limits fail closed")]
+    BudgetsUnavailable,
     #[error(
         "the gateway cannot log requests right now: the store refuses writes and the request log's queue and spill journal are full, so this request was not served; retry later"
     )]
@@ -104,8 +110,10 @@ impl ApiError {
             ApiError::RateLimited(_) | ApiError::UpstreamRateLimited { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
+            ApiError::OverBudget(_) => StatusCode::PAYMENT_REQUIRED,
             ApiError::AllStepsFailed(_)
             | ApiError::LimitsUnavailable
+            | ApiError::BudgetsUnavailable
             | ApiError::Busy(_)
             | ApiError::LogFull => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -117,7 +125,10 @@ impl ApiError {
     pub fn is_rejection(&self) -> bool {
         matches!(
             self,
-            ApiError::Unauthorized(_) | ApiError::Forbidden(_) | ApiError::RateLimited(_)
+            ApiError::Unauthorized(_)
+                | ApiError::Forbidden(_)
+                | ApiError::RateLimited(_)
+                | ApiError::OverBudget(_)
         )
     }
 
@@ -134,6 +145,8 @@ impl ApiError {
             ApiError::Forbidden(_) => "forbidden",
             ApiError::RateLimited(_) => "rate_limit_exceeded",
             ApiError::LimitsUnavailable => "limits_unavailable",
+            ApiError::OverBudget(refusal) => refusal.kind(),
+            ApiError::BudgetsUnavailable => "budgets_unavailable",
             ApiError::LogFull => "log_full",
             ApiError::AllStepsFailed(_) => "all_steps_failed",
             ApiError::UpstreamRateLimited { .. } => "upstream_rate_limited",
@@ -151,8 +164,11 @@ impl ApiError {
             ApiError::Unauthorized(_) => "authentication_error",
             ApiError::Forbidden(_) => "permission_error",
             ApiError::RateLimited(_) | ApiError::UpstreamRateLimited { .. } => "rate_limit_error",
+            // OpenAI's own type for a spent quota, which its SDKs and users recognise.
+            ApiError::OverBudget(_) => "insufficient_quota",
             ApiError::AllStepsFailed(_)
             | ApiError::LimitsUnavailable
+            | ApiError::BudgetsUnavailable
             | ApiError::Busy(_)
             | ApiError::LogFull => "api_error",
             _ => "invalid_request_error",
@@ -206,6 +222,12 @@ impl ApiError {
         if let ApiError::RateLimited(refusal) = &self {
             add_rate_headers(&mut response, &refusal.headers);
             retry_headers(response.headers_mut(), refusal.retry_after);
+        }
+        if let Some(wait) = match &self {
+            ApiError::OverBudget(refusal) => refusal.retry_after(),
+            _ => None,
+        } {
+            retry_headers(response.headers_mut(), wait);
         }
         if let ApiError::UpstreamRateLimited { retry_after, .. } = &self {
             retry_headers(response.headers_mut(), *retry_after);

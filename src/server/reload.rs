@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 
 use super::admin::Admin;
 use super::{AppState, Shared};
+use crate::budgets::Budgets;
 use crate::config::{Config, ConfigError, FieldError, Route};
 use crate::limits::Limits;
 use crate::store::now_ms;
@@ -36,13 +37,15 @@ pub struct Live {
     pub routes: Vec<Arc<Route>>,
     /// The config's roles and fail mode over the limiter's one backend.
     pub limits: Limits,
+    /// The config's budgets over the one spend backend.
+    pub budgets: Budgets,
     /// Which config this is, for the admin answer and the metrics.
     pub stamp: ConfigStamp,
 }
 
 impl Live {
     /// A config made live now.
-    pub fn new(config: Config, limits: Limits) -> Live {
+    pub fn new(config: Config, limits: Limits, budgets: Budgets) -> Live {
         let stamp = ConfigStamp {
             sha256: digest(&config),
             loaded_at_ms: now_ms(),
@@ -51,6 +54,7 @@ impl Live {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             config,
             limits,
+            budgets,
             stamp,
         }
     }
@@ -147,9 +151,10 @@ impl Shared {
         self.keys.set_providers(&config);
         self.seed_added_providers(&running.config, &config).await;
         let limits = running.limits.reconfigured(&config);
+        let budgets = running.budgets.reconfigured(&config);
         let metrics = &self.telemetry.metrics;
         metrics.set_names(LabelNames::from_config(&config));
-        let live = Live::new(config, limits);
+        let live = Live::new(config, limits, budgets);
         let stamp = live.stamp.clone();
         self.live.store(Arc::new(live));
         metrics.reload.loaded(&stamp);

@@ -57,7 +57,9 @@ pub async fn scorecard(
             .collect(),
         keys,
     };
-    Ok(Json(builder.finish(&live, &state.config().alerts)))
+    let mut card = builder.finish(&live, &state.config().alerts);
+    card.budget_spend = state.telemetry.metrics.budgets.card();
+    Ok(Json(card))
 }
 
 /// The operator's page; it fetches `/v1/scorecard` every few seconds.

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
+use crate::budgets::Reservation;
 use crate::limits::Permit;
 use crate::providers::sse::SseError;
 use crate::providers::{StreamState, Translated, Usage};
@@ -37,6 +38,11 @@ pub struct StreamForwarder {
     /// Set when the record is sent with `[log] durability = "fsync"`: the final events wait
     /// for it to be on disk.
     durable: Option<crate::telemetry::Durable>,
+    /// The spend reserved for the answer. Settled at its usage when the stream ends cleanly;
+    /// a stream that breaks, or a client that leaves, drops it, which keeps it whole.
+    reservation: Option<Reservation>,
+    /// A settlement the final events wait for, so the next request sees the spend returned.
+    settling: Option<(Reservation, u64)>,
 }
 
 /// What ends a stream that the upstream would carry on forever.
@@ -71,7 +77,15 @@ impl StreamForwarder {
             verdict,
             limits,
             durable: None,
+            reservation: None,
+            settling: None,
         }
+    }
+
+    /// Settles `reservation` when the stream ends.
+    pub fn with_reservation(mut self, reservation: Option<Reservation>) -> StreamForwarder {
+        self.reservation = reservation;
+        self
     }
 
     /// The response body: one frame an event.
@@ -88,6 +102,9 @@ impl StreamForwarder {
             durable.wait().await;
         }
         loop {
+            if let Some((reservation, cost)) = self.settling.take() {
+                reservation.settle(cost).await;
+            }
             if let Some(frame) = self.pending.pop_front() {
                 return Some(frame);
             }
@@ -176,6 +193,7 @@ impl StreamForwarder {
                 self.pending.extend(frames);
                 self.update(|record| record.partial = false);
                 self.judge(None);
+                self.settle();
                 self.finish();
             }
             StreamState::UpstreamError { overloaded, .. } => {
@@ -240,6 +258,28 @@ impl StreamForwarder {
         }
     }
 
+    /// Prices a cleanly ended stream at the usage it reported, by the deployment that served;
+    /// without usage, the reservation stands.
+    fn settle(&mut self) {
+        let (Some(reservation), Some(guard)) = (self.reservation.take(), self.guard.as_mut())
+        else {
+            return;
+        };
+        let record = guard.record();
+        let usage = (record.tokens_in.is_some() || record.tokens_out.is_some()).then(|| Usage {
+            prompt_tokens: record.tokens_in.unwrap_or(0),
+            completion_tokens: record.tokens_out.unwrap_or(0),
+        });
+        let cost = match (&record.provider, &record.model) {
+            (Some(provider), Some(model)) => reservation.cost_of(provider, model, usage),
+            _ => None,
+        };
+        match cost {
+            Some(cost) => self.settling = Some((reservation, cost)),
+            None => drop(reservation),
+        }
+    }
+
     fn update(&mut self, change: impl FnOnce(&mut RequestRecord)) {
         if let Some(guard) = self.guard.as_mut() {
             change(guard.record());
@@ -247,6 +287,9 @@ impl StreamForwarder {
     }
 
     fn finish(&mut self) {
+        // Not settled by now (a break, an upstream error): kept whole, before the client
+        // hears the end, so its next request already sees it.
+        drop(self.reservation.take());
         if let Some(mut guard) = self.guard.take() {
             let record = guard.record();
             let tokens = record.tokens_in.unwrap_or(0) + record.tokens_out.unwrap_or(0);

@@ -14,9 +14,11 @@ use prometheus_client::registry::Registry;
 
 use super::{FailureClass, RequestRecord};
 
+mod budgets;
 mod labels;
 mod reload;
 
+pub use budgets::{BudgetMetrics, SpendCard};
 pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
 pub use reload::{ConfigStamp, ReloadMetrics};
 
@@ -70,6 +72,8 @@ pub struct Metrics {
     names: arc_swap::ArcSwap<LabelNames>,
     /// Config reloads, and which config is loaded.
     pub reload: ReloadMetrics,
+    /// Spend budgets: dollars settled, refusals, reservations kept.
+    pub budgets: BudgetMetrics,
     pub requests: Family<RouteOutcome, Counter>,
     pub attempts: Family<AttemptLabels, Counter>,
     pub duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
@@ -122,6 +126,7 @@ impl Metrics {
         let metrics = Metrics {
             names: arc_swap::ArcSwap::from_pointee(names),
             reload: ReloadMetrics::default(),
+            budgets: BudgetMetrics::default(),
             requests: Family::default(),
             attempts: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),
@@ -246,6 +251,7 @@ impl Metrics {
             metrics.log_spill_bytes.clone(),
         );
         metrics.reload.register(&mut registry);
+        metrics.budgets.register(&mut registry);
         registry.register(
             "switchyard_breakers_shared",
             "1 while breakers are shared through the cluster's Redis, 0 while they are local",
@@ -313,6 +319,14 @@ impl Metrics {
                 self.cost.get_or_create(&labels).inc_by(cost);
             }
         }
+    }
+
+    /// Counts spend settled against a budget. The route is labelled as every route is (a
+    /// configured name, else `other`); `role` must already be a configured role or `other`.
+    pub fn budget_spend(&self, route: &str, role: &str, key: Option<&str>, micros: u64) {
+        let route = self.names.load().route(Some(route));
+        self.budgets
+            .spent(route, LabelValue::from(role), key, micros);
     }
 
     /// Sets `switchyard_breaker_state` from every breaker's `(provider, model, gauge)`.

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::config::AlertsConfig;
 use crate::store::rollup::{MINUTE_MS, Rollup, RollupData, Series, Sketch};
+use crate::telemetry::metrics::SpendCard;
 
 /// The windows, their names and lengths.
 pub const WINDOWS: [(&str, i64); 3] = [("5m", 300_000), ("1h", 3_600_000), ("24h", 86_400_000)];
@@ -44,6 +45,9 @@ pub struct Scorecard {
     pub route_series: BTreeMap<String, Vec<SeriesPoint>>,
     /// The alerts raised: one per condition, with the windows in which it holds.
     pub alerts: Vec<Alert>,
+    /// Dollars settled against spend budgets by route, role and key, since this instance
+    /// started (not from the stored log: each instance counts its own).
+    pub budget_spend: SpendCard,
 }
 
 /// The thresholds from `[alerts]`.
@@ -394,6 +398,7 @@ impl Builder {
             series,
             route_series,
             alerts: raised,
+            budget_spend: SpendCard::default(),
         }
     }
 }
