@@ -11,6 +11,7 @@ pub mod breaker;
 pub mod chain;
 pub mod classify;
 pub mod health;
+pub mod hedge;
 pub mod retry;
 pub mod scrub;
 pub mod upstream;
@@ -61,5 +62,6 @@ pub fn resolve_route(
         )],
         fallback_on_context_length: false,
         degraded: None,
+        hedge: None,
     }))
 }

@@ -20,6 +20,7 @@ mod gateway {
     mod embeddings;
     mod endpoints;
     mod fallback;
+    mod hedging;
     mod key_rows;
     mod keys;
     mod lifecycle;

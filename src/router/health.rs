@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::balance::{Ewma, fastest, smooth_pick};
 use super::breaker::{Breaker, BreakerView, CallerTag, Gate, Refusal, Ticket, Transition, Verdict};
 use super::classify::FailureClass;
+use super::hedge::HedgeBudgets;
 use super::retry::MAX_RETRY_AFTER;
 use crate::cluster::Link;
 use crate::config::{
@@ -105,6 +106,11 @@ impl Table {
 pub struct Health {
     settings: BreakerConfig,
     table: Mutex<Table>,
+    /// Times to commit of the deployments hedges wait on by percentile; apart from the
+    /// table, since only hedging routes read or feed them.
+    commit_times: Mutex<CommitTimeTable>,
+    /// Each hedging route's share of hedged requests.
+    hedge_budgets: HedgeBudgets,
 }
 
 /// Which of a step's deployments this request has given up on.
@@ -254,7 +260,32 @@ impl Health {
         Health {
             settings,
             table: Mutex::new(Table::default()),
+            commit_times: Mutex::new(CommitTimeTable::default()),
+            hedge_budgets: HedgeBudgets::default(),
         }
+    }
+
+    /// Takes in a served attempt's time to commit (a stream's first event, a whole JSON
+    /// answer), or a cancelled one's time so far, which the real one was at least.
+    pub fn observe_commit_time(&self, deployment: &Deployment, sample: Duration) {
+        let mut times = self.commit_times.lock().unwrap_or_else(|e| e.into_inner());
+        times.observe(&deployment.provider, &deployment.model, sample);
+    }
+
+    /// `deployment`'s time to commit at `percentile`, over its recent attempts; `None`
+    /// until it has [`commit_times::MIN_SAMPLES`] of them.
+    pub fn commit_time_percentile(
+        &self,
+        deployment: &Deployment,
+        percentile: u8,
+    ) -> Option<Duration> {
+        let times = self.commit_times.lock().unwrap_or_else(|e| e.into_inner());
+        times.percentile(&deployment.provider, &deployment.model, percentile)
+    }
+
+    /// Each hedging route's hedge budget.
+    pub fn hedge_budgets(&self) -> &HedgeBudgets {
+        &self.hedge_budgets
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -569,8 +600,11 @@ fn pick(
     }
 }
 
+pub mod commit_times;
 mod shared;
 mod verdict;
+
+use commit_times::CommitTimeTable;
 
 pub use shared::{HeldLease, SharedState};
 pub use verdict::{Deferred, PendingVerdict};

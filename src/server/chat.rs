@@ -471,9 +471,13 @@ fn stamp<T>(
         record.provider = Some(served.provider.clone());
         record.model = Some(served.model.clone());
     }
+    if run.attempts.iter().any(|a| a.hedge) {
+        set(headers, "x-switchyard-hedged", "true");
+    }
     record.outcome = outcome;
     record.status = response.status().as_u16();
     record.attempts = run.attempts.clone();
+    record.hedge_refused = run.hedge_refused;
 }
 
 fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {

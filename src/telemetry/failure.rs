@@ -38,6 +38,9 @@ pub enum FailureClass {
     CircuitOpen,
     /// Skipped without an attempt: a 429's `retry-after` benched the deployment.
     Benched,
+    /// Cancelled: another attempt of a hedged request committed first, and this one's
+    /// connection was dropped. It reached the upstream, but says nothing bad of it.
+    HedgeLost,
 }
 
 impl FailureClass {
@@ -61,6 +64,7 @@ impl FailureClass {
             FailureClass::Deadline => "deadline",
             FailureClass::CircuitOpen => "circuit_open",
             FailureClass::Benched => "benched",
+            FailureClass::HedgeLost => "hedge_lost",
         }
     }
 }
