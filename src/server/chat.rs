@@ -235,7 +235,7 @@ async fn route_json(
     permit: Permit,
 ) -> Response {
     let deadline = guard.started() + state.config().retry.request_deadline;
-    let mut attempter = JsonAttempter {
+    let attempter = JsonAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
@@ -251,7 +251,7 @@ async fn route_json(
         deadline,
         caller: prepared.caller,
     };
-    let mut run = run_chain(inputs, &mut attempter).await;
+    let mut run = run_chain(inputs, &attempter).await;
     let end = std::mem::replace(&mut run.end, ChainEnd::Exhausted);
     let (response, served) = match end {
         ChainEnd::Served { step, output } => {
@@ -286,7 +286,7 @@ async fn route_stream(
     permit: Permit,
 ) -> Response {
     let deadline = guard.started() + state.config().retry.request_deadline;
-    let mut attempter = StreamAttempter {
+    let attempter = StreamAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
@@ -302,7 +302,7 @@ async fn route_stream(
         deadline,
         caller: prepared.caller,
     };
-    let mut run = run_chain(inputs, &mut attempter).await;
+    let mut run = run_chain(inputs, &attempter).await;
     match std::mem::replace(&mut run.end, ChainEnd::Exhausted) {
         ChainEnd::Served { step, output } => {
             let outcome = if step == 0 {
