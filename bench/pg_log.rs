@@ -27,6 +27,7 @@ fn row(run: &str, i: usize, now: i64) -> LogRow {
         status: Some(status),
         latency_ms,
         reached_upstream: true,
+        hedge: false,
     };
     LogRow {
         id: format!("{run}-{i:09}"),

@@ -45,6 +45,7 @@ fn record(i: usize) -> RequestRecord {
             failure: Some(FailureClass::ServerError),
             status: Some(503),
             latency: Duration::from_millis(120),
+            hedge: false,
         },
         AttemptRecord {
             step: 1,
@@ -53,6 +54,7 @@ fn record(i: usize) -> RequestRecord {
             failure: None,
             status: Some(200),
             latency: Duration::from_millis(640),
+            hedge: false,
         },
     ];
     record.status = 200;

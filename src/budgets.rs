@@ -195,10 +195,17 @@ impl Budgets {
             return Ok(None);
         }
         let tokens = price::estimate(ask.body, ask.operation, self.default_max_tokens);
-        let amount = self
+        let per_attempt = self
             .prices
             .most_on_route(ask.route, ask.first_step, tokens)
             .map_err(|no_price| self.refused(BudgetRefusal::Unpriced(no_price)))?;
+        // A hedged route may have step 0 and `max` hedges in flight at once, and a provider
+        // may bill a cancelled attempt, so each racer is reserved for.
+        let racers = match ask.route.hedge {
+            Some(hedge) if ask.first_step == 0 => 1 + u64::from(hedge.max),
+            _ => 1,
+        };
+        let amount = per_attempt.saturating_mul(racers);
         let owner = owner_of(ask.caller);
         let (verdict, lease) = match &self.backend {
             Backend::Memory(budgets) => memory_reserve(budgets, &owner, amount, budget),
@@ -259,6 +266,8 @@ impl Budgets {
         };
         Ok(Some(Reservation {
             amount,
+            per_attempt,
+            cancelled: 0,
             remaining,
             lease,
             prices: self.prices.clone(),

@@ -427,6 +427,27 @@ pub struct Route {
     pub fallback_on_context_length: bool,
     /// The canned answer served when every step failed.
     pub degraded: Option<String>,
+    /// When step 0 is slow to commit, race the next step against it.
+    pub hedge: Option<Hedge>,
+}
+
+/// A route's hedge: how long step 0 may go without committing before the next step is
+/// started beside it, and how many extra attempts may race it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hedge {
+    pub after: HedgeDelay,
+    /// Extra attempts that may run beside step 0's, each on the next step; at least 1.
+    pub max: u32,
+}
+
+/// How long step 0 may go without committing before a hedge starts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum HedgeDelay {
+    /// A fixed wait: `after = "800ms"`.
+    Fixed(Duration),
+    /// The step-0 deployment's own observed time to commit at this percentile (50 to 99):
+    /// `after = "p95"`.
+    Percentile(u8),
 }
 
 #[derive(Clone, Debug)]
@@ -445,6 +466,8 @@ pub struct RetryConfig {
     /// How many retries each deployment's failures may cause (`budget_percent`,
     /// `min_retries_per_second`).
     pub budget: RetryBudget,
+    /// The most of a route's requests of the last 10 s that may be hedged, in percent.
+    pub hedge_budget_percent: f64,
 }
 
 #[derive(Clone, Debug)]

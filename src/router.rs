@@ -12,6 +12,7 @@ pub mod breaker;
 pub mod chain;
 pub mod classify;
 pub mod health;
+pub mod hedge;
 pub mod retry;
 pub mod retry_budget;
 pub mod scrub;
@@ -63,5 +64,6 @@ pub fn resolve_route(
         )],
         fallback_on_context_length: false,
         degraded: None,
+        hedge: None,
     }))
 }

@@ -75,6 +75,8 @@ pub struct AttemptRecord {
     pub failure: Option<FailureClass>,
     pub status: Option<u16>,
     pub latency: Duration,
+    /// Whether this attempt was a hedge: started beside a slow step 0, racing it.
+    pub hedge: bool,
 }
 
 impl AttemptRecord {
@@ -119,6 +121,9 @@ pub struct RequestRecord {
     pub partial: bool,
     /// A short, secret-free reason when the outcome is an error.
     pub error: Option<String>,
+    /// Whether a hedge was due (step 0 slow past the route's delay) but the route's hedge
+    /// budget refused it.
+    pub hedge_refused: bool,
 }
 
 impl RequestRecord {
@@ -145,6 +150,7 @@ impl RequestRecord {
             stream,
             partial: false,
             error: None,
+            hedge_refused: false,
         }
     }
 }

@@ -21,6 +21,7 @@ mod gateway {
     mod embeddings;
     mod endpoints;
     mod fallback;
+    mod hedging;
     mod key_budgets;
     mod key_rows;
     mod keys;

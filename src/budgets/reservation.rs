@@ -43,6 +43,11 @@ impl Tally {
 /// dropped unsettled, it stays charged whole, so no path can forget and undercharge.
 pub struct Reservation {
     pub(super) amount: u64,
+    /// The most one attempt can cost; `amount` is a multiple of it on a hedged route.
+    pub(super) per_attempt: u64,
+    /// Charged on top of the served answer's cost: hedge racers cancelled after they went
+    /// upstream, at their whole share, since what the provider billed them is unknown.
+    pub(super) cancelled: u64,
     pub(super) remaining: Option<u64>,
     pub(super) lease: Lease,
     pub(super) prices: Arc<Prices>,
@@ -81,8 +86,17 @@ impl Reservation {
             .ok()
     }
 
-    /// Replaces the reservation by `cost`, returning what was unused at once.
+    /// Counts `attempts` hedge racers that were cancelled after going upstream: each is
+    /// charged its whole share when the reservation settles.
+    pub fn charge_cancelled(&mut self, attempts: usize) {
+        let attempts = u64::try_from(attempts).unwrap_or(u64::MAX);
+        self.cancelled = self.per_attempt.saturating_mul(attempts);
+    }
+
+    /// Replaces the reservation by `cost` (plus any cancelled racers' shares), returning what
+    /// was unused at once.
     pub async fn settle(mut self, cost: u64) {
+        let cost = cost.saturating_add(self.cancelled);
         self.settled = true;
         self.tally.spent(cost);
         match &self.lease {

@@ -196,3 +196,42 @@ async fn a_dropped_reservation_stays_charged_and_a_settled_one_returns_the_rest(
         Err(BudgetError::Refused(BudgetRefusal::Exceeded { .. }))
     ));
 }
+
+#[tokio::test]
+async fn a_hedged_route_reserves_for_every_racer_and_a_cancelled_one_stays_charged() {
+    let config = Config::parse(
+        "[[providers]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\n\
+         [[routes]]\nname = \"r\"\nhedge = { after = \"100ms\" }\n\
+         steps = [{ provider = \"a\", model = \"m\" }, { provider = \"a\", model = \"m\" }]\n\
+         [[prices]]\nprovider = \"a\"\nmodel = \"m\"\ninput_per_1m = 0.0\noutput_per_1m = 1000.0\n\
+         [[roles]]\nname = \"ae\"\nbudget_per_day = 0.05\n",
+    )
+    .unwrap();
+    let limits = Limits::new(&config, Arc::default()).unwrap();
+    let budgets = Budgets::new(&config, &limits, Arc::default());
+    let body = RequestBody::parse(bytes::Bytes::from_static(
+        br#"{"model":"r","max_tokens":10,"messages":[]}"#,
+    ))
+    .unwrap();
+    let caller = caller("ae", None);
+    let ask = |id: &'static str, first_step: usize| Ask {
+        caller: &caller,
+        request_id: id,
+        route: &config.routes[0],
+        first_step,
+        body: &body,
+        operation: Operation::Chat,
+    };
+    // Step 0 and one hedge may both be in flight: two attempts' worth.
+    let mut hedged = budgets.reserve(ask("1", 0)).await.unwrap().unwrap();
+    assert_eq!(hedged.amount(), 20_000);
+    // The hedge won at 2,000; the cancelled step 0 keeps its whole share.
+    hedged.charge_cancelled(1);
+    hedged.settle(2_000).await;
+    let next = budgets.reserve(ask("2", 0)).await.unwrap().unwrap();
+    assert_eq!(next.remaining_header().as_deref(), Some("0.018000"));
+    next.settle(0).await;
+    // Forced past step 0, nothing is hedged: one attempt's worth.
+    let forced = budgets.reserve(ask("3", 1)).await.unwrap().unwrap();
+    assert_eq!(forced.amount(), 10_000);
+}

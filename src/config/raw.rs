@@ -197,6 +197,16 @@ pub struct RawRoute {
     #[serde(default)]
     pub fallback_on_context_length: bool,
     pub degraded: Option<RawDegraded>,
+    pub hedge: Option<RawHedge>,
+}
+
+/// `hedge = { after = "800ms" | "p95", max = 1 }`: when step 0 is slow to commit, race the
+/// next step against it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHedge {
+    pub after: String,
+    pub max: Option<u32>,
 }
 
 /// Either the short form `{ provider, model }` or `{ deployments = [...], balance }`;
@@ -242,6 +252,7 @@ pub struct RawRetry {
     pub stream_idle_timeout: Option<String>,
     pub budget_percent: Option<f64>,
     pub min_retries_per_second: Option<u32>,
+    pub hedge_budget_percent: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -4,6 +4,7 @@ mod access;
 mod breaker;
 mod budgets;
 mod cluster;
+mod hedge;
 mod lease;
 mod location;
 mod retry_budget;
@@ -434,6 +435,7 @@ fn routes(errors: &mut Errors, raw: Vec<RawRoute>, providers: &[Provider]) -> Ve
                 "a route needs at least one step",
             );
         }
+        let step_count = r.steps.len();
         let steps = r
             .steps
             .into_iter()
@@ -445,6 +447,9 @@ fn routes(errors: &mut Errors, raw: Vec<RawRoute>, providers: &[Provider]) -> Ve
             steps,
             fallback_on_context_length: r.fallback_on_context_length,
             degraded: r.degraded.map(|d| d.content),
+            hedge: r
+                .hedge
+                .map(|h| hedge::hedge(errors, &format!("routes[{i}]"), h, step_count)),
         });
     }
     routes
@@ -472,6 +477,7 @@ fn retry(errors: &mut Errors, raw: RawRetry) -> RetryConfig {
             secs(30),
         ),
         budget: retry_budget::retry_budget(errors, &raw),
+        hedge_budget_percent: hedge::budget_percent(errors, raw.hedge_budget_percent),
     };
     if retry.attempts_per_step == 0 {
         errors.add("retry.attempts_per_step", "must be at least 1");

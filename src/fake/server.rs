@@ -37,6 +37,9 @@ pub struct FakeStats {
     pub streams_completed: usize,
     /// Streams whose client went away before their end.
     pub streams_cancelled: usize,
+    /// Chat requests whose client went away before their answer was written: a JSON one
+    /// during its `delay_ms`, a stream before its first event. A hedged gateway's loser.
+    pub answers_abandoned: usize,
 }
 
 /// One request as the fake received it.
@@ -279,9 +282,12 @@ async fn handle(
         }
     }
     let (call, behavior) = state.next_behavior();
+    // Hyper drops this future when the client closes the connection while it waits.
+    let unanswered = Unanswered(Some(state.clone()));
     if behavior.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(behavior.delay_ms)).await;
     }
+    unanswered.answered();
     if behavior.reset {
         return Err(ScriptedReset);
     }
@@ -347,6 +353,23 @@ async fn handle(
     Ok(response)
 }
 
+/// Counts an answer abandoned unless [`Unanswered::answered`] is called first.
+struct Unanswered(Option<Arc<FakeState>>);
+
+impl Unanswered {
+    fn answered(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(state) = self.0.take() {
+            state.stats.send_modify(|s| s.answers_abandoned += 1);
+        }
+    }
+}
+
 fn control_request(
     state: &FakeState,
     method: &Method,
@@ -385,12 +408,13 @@ fn stream_response(
 ) -> Response<FakeBody> {
     let (sender, receiver) = mpsc::channel::<FrameResult>(4);
     tokio::spawn(async move {
-        let finished = send_stream(&sender, &completion, &behavior).await;
-        state.stats.send_modify(|s| {
-            if finished {
-                s.streams_completed += 1;
-            } else {
+        let end = send_stream(&sender, &completion, &behavior).await;
+        state.stats.send_modify(|s| match end {
+            StreamEnd::Finished => s.streams_completed += 1,
+            StreamEnd::Cancelled => s.streams_cancelled += 1,
+            StreamEnd::Abandoned => {
                 s.streams_cancelled += 1;
+                s.answers_abandoned += 1;
             }
         });
     });
@@ -406,19 +430,46 @@ fn stream_response(
     response
 }
 
-/// Sends the scripted stream; false when the client went away first.
+/// How a scripted stream ended.
+enum StreamEnd {
+    /// Sent to its scripted end.
+    Finished,
+    /// The client went away mid-stream.
+    Cancelled,
+    /// The client went away before the first event.
+    Abandoned,
+}
+
+/// Sends the scripted stream.
 async fn send_stream(
+    sender: &mpsc::Sender<FrameResult>,
+    completion: &Completion,
+    behavior: &Behavior,
+) -> StreamEnd {
+    let interval = Duration::from_millis(behavior.first_event_delay_ms);
+    if !interval.is_zero() {
+        tokio::select! {
+            _ = sender.closed() => return StreamEnd::Abandoned,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+    let end = |finished: bool| {
+        if finished {
+            StreamEnd::Finished
+        } else {
+            StreamEnd::Cancelled
+        }
+    };
+    end(send_events(sender, completion, behavior).await)
+}
+
+/// Sends the stream's events; false when the client went away first.
+async fn send_events(
     sender: &mpsc::Sender<FrameResult>,
     completion: &Completion,
     behavior: &Behavior,
 ) -> bool {
     let interval = Duration::from_millis(behavior.chunk_interval_ms);
-    if behavior.first_event_delay_ms > 0 {
-        tokio::select! {
-            _ = sender.closed() => return false,
-            _ = tokio::time::sleep(Duration::from_millis(behavior.first_event_delay_ms)) => {}
-        }
-    }
     for i in 0..=completion.chunks {
         if i > 0 && !interval.is_zero() {
             tokio::select! {

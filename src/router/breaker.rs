@@ -80,7 +80,7 @@ impl Verdict {
     ///
     /// `ModelNotFound` is neutral: a 404 comes from a provider that is up, and it is often a
     /// client's typo in `provider/model`. A 429 is neutral too; the chain benches the
-    /// deployment for its `retry-after` instead.
+    /// deployment for its `retry-after` instead. A hedge's loser was only slower than another.
     pub fn of(failure: Option<FailureClass>) -> Verdict {
         match failure {
             None => Verdict::Success,
@@ -104,7 +104,8 @@ impl Verdict {
                 | FailureClass::Deadline
                 | FailureClass::CircuitOpen
                 | FailureClass::Benched
-                | FailureClass::RetryBudgetExhausted,
+                | FailureClass::RetryBudgetExhausted
+                | FailureClass::HedgeLost,
             ) => Verdict::Neutral,
         }
     }

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
 use super::health::{Health, PendingVerdict, Permit, Tried};
+use super::hedge::{self, Raced};
 use super::retry_budget::{self, Spend};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
@@ -60,9 +61,10 @@ pub trait Attempter {
     /// What a served attempt hands back (a body, or a committed stream).
     type Output;
 
-    /// Tries `deployment` once with `key`, giving up after `timeout`.
+    /// Tries `deployment` once with `key`, giving up after `timeout`. Takes `&self`: a
+    /// hedged request has two attempts in flight at once.
     fn attempt(
-        &mut self,
+        &self,
         deployment: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
@@ -101,6 +103,8 @@ pub struct ChainRun<T> {
     /// The shortest wait a rate-limited attempt asked for (`retry-after`, or a second when it
     /// named none): what the client is told when every step was rate-limited.
     pub rate_limited_wait: Option<Duration>,
+    /// A hedge was due, but the route's hedge budget refused it.
+    pub hedge_refused: bool,
 }
 
 impl<T> ChainRun<T> {
@@ -128,18 +132,18 @@ pub struct ChainInputs<'a> {
 }
 
 /// What a failed attempt leaves the loop to do.
-struct Failed {
-    action: Action,
-    key: Option<KeyLease>,
+pub(super) struct Failed {
+    pub(super) action: Action,
+    pub(super) key: Option<KeyLease>,
     /// Whether its answer benched the deployment (a `retry-after`).
-    benched: bool,
+    pub(super) benched: bool,
 }
 
 /// The loop's running totals.
-struct Walk<'a, T> {
-    inputs: ChainInputs<'a>,
-    run: ChainRun<T>,
-    total_attempts: u32,
+pub(super) struct Walk<'a, T> {
+    pub(super) inputs: ChainInputs<'a>,
+    pub(super) run: ChainRun<T>,
+    pub(super) total_attempts: u32,
 }
 
 /// Walks the route's steps until one serves, one must be returned, or the budgets run out.
@@ -149,9 +153,12 @@ struct Walk<'a, T> {
 /// that it cannot tries the step's other deployments, then the next step. A step with
 /// nothing admissible is skipped at no cost. If every step was skipped as open, the
 /// deployment whose cooldown ends soonest is probed anyway.
+///
+/// On a route with a `hedge`, step 0's first attempt may race the next steps: see
+/// [`super::hedge`].
 pub async fn run_chain<A: Attempter>(
     inputs: ChainInputs<'_>,
-    attempter: &mut A,
+    attempter: &A,
 ) -> ChainRun<A::Output> {
     let mut walk = Walk {
         inputs,
@@ -162,6 +169,7 @@ pub async fn run_chain<A: Attempter>(
             answered_by: None,
             verdict: None,
             rate_limited_wait: None,
+            hedge_refused: false,
         },
         total_attempts: 0,
     };
@@ -169,8 +177,13 @@ pub async fn run_chain<A: Attempter>(
     let (config, route, health) = (inputs.config, inputs.route, inputs.health);
     let retry = &config.retry;
     let mut skipped_open = false;
+    // After a hedged race that every racer lost, the chain goes on past the steps it raced.
+    let mut resume_at = 0;
 
     'steps: for (index, step) in route.steps.iter().enumerate().skip(inputs.first_step) {
+        if index < resume_at {
+            continue;
+        }
         let mut tried = Tried::default();
         let mut step_attempts = 0u32;
         loop {
@@ -207,13 +220,25 @@ pub async fn run_chain<A: Attempter>(
             }
             let chosen = permit.deployment;
             step_attempts += 1;
-            let failed = match walk
-                .attempt(index, step, permit, remaining, attempter)
-                .await
-            {
-                Ok(()) => return walk.run,
-                Err(failed) => failed,
-            };
+            let failed =
+                if let Some(hedge) = hedge::hedges_here(walk.inputs.route, index, step_attempts) {
+                    match walk.race(hedge, step, permit, remaining, attempter).await {
+                        Raced::Ended => return walk.run,
+                        Raced::Alone(failed) => failed,
+                        Raced::AllFailed { last_step } => {
+                            resume_at = last_step + 1;
+                            continue 'steps;
+                        }
+                    }
+                } else {
+                    match walk
+                        .attempt(index, step, permit, remaining, attempter)
+                        .await
+                    {
+                        Ok(()) => return walk.run,
+                        Err(failed) => failed,
+                    }
+                };
             match failed.action {
                 Action::ReturnToClient => continue 'steps,
                 Action::NextStep => tried.endpoints.push(chosen),
@@ -277,7 +302,7 @@ impl<T> Walk<'_, T> {
         step: &Step,
         permit: Permit<'_>,
         remaining: Duration,
-        attempter: &mut A,
+        attempter: &A,
     ) -> Result<(), Failed> {
         let retry = &self.inputs.config.retry;
         let deployment = &step.deployments[permit.deployment];
@@ -296,14 +321,41 @@ impl<T> Walk<'_, T> {
             .await;
         let latency = started.elapsed();
         self.run.upstream_time += latency;
-        self.total_attempts += 1;
+        let settled = Settled {
+            index,
+            deployment,
+            timeout,
+            latency,
+            judged_when_served: attempter.judged_when_served(),
+            hedge: false,
+        };
+        self.settle(settled, permit, attempt)
+    }
 
+    /// Records a finished attempt and reports it to its breaker. `Ok` when the chain has
+    /// ended (it served, or its answer goes to the client as is).
+    pub(super) fn settle(
+        &mut self,
+        settled: Settled<'_>,
+        permit: Permit<'_>,
+        attempt: Attempt<T>,
+    ) -> Result<(), Failed> {
+        let retry = &self.inputs.config.retry;
+        let Settled {
+            index,
+            deployment,
+            timeout,
+            latency,
+            ..
+        } = settled;
+        self.total_attempts += 1;
         let failure = match attempt {
             Attempt::Served(output) => {
-                let record = record(index, deployment, None, Some(200), latency);
+                let mut record = record(index, deployment, None, Some(200), latency);
+                record.hedge = settled.hedge;
                 self.run.attempts.push(record);
                 let caller = self.inputs.caller;
-                if attempter.judged_when_served() {
+                if settled.judged_when_served {
                     permit.finish(Verdict::Success, Some(latency), None, caller);
                 } else {
                     let deferred = permit.defer(Some(latency), caller);
@@ -321,9 +373,9 @@ impl<T> Walk<'_, T> {
         };
         let status = failure.reply.as_ref().map(|r| r.status.as_u16());
         let class = failure.class;
-        self.run
-            .attempts
-            .push(record(index, deployment, Some(class), status, latency));
+        let mut record = record(index, deployment, Some(class), status, latency);
+        record.hedge = settled.hedge;
+        self.run.attempts.push(record);
 
         // A timeout says something about the provider only when it is the attempt timeout:
         // one the request's own deadline cut short, or one that ran out the deadline while
@@ -363,7 +415,7 @@ impl<T> Walk<'_, T> {
     }
 
     /// Every step was skipped as open: probe the one whose cooldown ends soonest, once.
-    async fn probe_soonest<A: Attempter<Output = T>>(&mut self, attempter: &mut A) {
+    async fn probe_soonest<A: Attempter<Output = T>>(&mut self, attempter: &A) {
         let inputs = &self.inputs;
         let (config, keys) = (inputs.config, inputs.keys);
         let now = Instant::now();
@@ -389,7 +441,19 @@ impl<T> Walk<'_, T> {
     }
 }
 
-fn record(
+/// What [`Walk::settle`] needs to know of a finished attempt besides its result.
+pub(super) struct Settled<'d> {
+    pub(super) index: usize,
+    pub(super) deployment: &'d Deployment,
+    /// The timeout it was given: one cut short by the deadline says nothing of the provider.
+    pub(super) timeout: Duration,
+    pub(super) latency: Duration,
+    pub(super) judged_when_served: bool,
+    /// Whether it was a hedge, raced against a slow step 0.
+    pub(super) hedge: bool,
+}
+
+pub(super) fn record(
     index: usize,
     deployment: &Deployment,
     failure: Option<FailureClass>,
@@ -403,6 +467,7 @@ fn record(
         failure,
         status,
         latency,
+        hedge: false,
     }
 }
 

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::balance::{Ewma, fastest, smooth_pick};
 use super::breaker::{Breaker, BreakerView, CallerTag, Gate, Refusal, Ticket, Transition, Verdict};
 use super::classify::FailureClass;
+use super::hedge::HedgeBudgets;
 use super::retry::MAX_RETRY_AFTER;
 use super::retry_budget::RetryBudgets;
 use crate::cluster::Link;
@@ -108,6 +109,11 @@ pub struct Health {
     table: Mutex<Table>,
     /// Each deployment's requests and retries, for the retry budget; behind its own lock.
     retry_budgets: RetryBudgets,
+    /// Times to commit of the deployments hedges wait on by percentile; apart from the
+    /// table, since only hedging routes read or feed them.
+    commit_times: Mutex<CommitTimeTable>,
+    /// Each hedging route's share of hedged requests.
+    hedge_budgets: HedgeBudgets,
 }
 
 /// Which of a step's deployments this request has given up on.
@@ -266,12 +272,37 @@ impl Health {
             settings,
             table: Mutex::new(Table::default()),
             retry_budgets: RetryBudgets::new(),
+            commit_times: Mutex::new(CommitTimeTable::default()),
+            hedge_budgets: HedgeBudgets::default(),
         }
     }
 
     /// Each deployment's requests and retries over the retry budget's window.
     pub fn retry_budgets(&self) -> &RetryBudgets {
         &self.retry_budgets
+    }
+
+    /// Takes in a served attempt's time to commit (a stream's first event, a whole JSON
+    /// answer), or a cancelled one's time so far, which the real one was at least.
+    pub fn observe_commit_time(&self, deployment: &Deployment, sample: Duration) {
+        let mut times = self.commit_times.lock().unwrap_or_else(|e| e.into_inner());
+        times.observe(&deployment.provider, &deployment.model, sample);
+    }
+
+    /// `deployment`'s time to commit at `percentile`, over its recent attempts; `None`
+    /// until it has [`commit_times::MIN_SAMPLES`] of them.
+    pub fn commit_time_percentile(
+        &self,
+        deployment: &Deployment,
+        percentile: u8,
+    ) -> Option<Duration> {
+        let times = self.commit_times.lock().unwrap_or_else(|e| e.into_inner());
+        times.percentile(&deployment.provider, &deployment.model, percentile)
+    }
+
+    /// Each hedging route's hedge budget.
+    pub fn hedge_budgets(&self) -> &HedgeBudgets {
+        &self.hedge_budgets
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -586,8 +617,11 @@ fn pick(
     }
 }
 
+pub mod commit_times;
 mod shared;
 mod verdict;
+
+use commit_times::CommitTimeTable;
 
 pub use shared::{HeldLease, SharedState};
 pub use verdict::{Deferred, PendingVerdict};

@@ -235,6 +235,7 @@ pub fn refuses_retry(
         failure: Some(FailureClass::RetryBudgetExhausted),
         status: None,
         latency: std::time::Duration::ZERO,
+        hedge: false,
     };
     attempts.push(refusal);
     true

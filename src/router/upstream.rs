@@ -56,7 +56,7 @@ impl Attempter for JsonAttempter<'_> {
     type Output = JsonReply;
 
     async fn attempt(
-        &mut self,
+        &self,
         step: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,
@@ -233,7 +233,7 @@ impl Attempter for StreamAttempter<'_> {
     }
 
     async fn attempt(
-        &mut self,
+        &self,
         step: &Deployment,
         provider: &Provider,
         key: Option<&KeyLease>,

@@ -253,7 +253,7 @@ async fn route_json(
     permit: Permit,
 ) -> Response {
     let deadline = guard.started() + state.config().retry.request_deadline;
-    let mut attempter = JsonAttempter {
+    let attempter = JsonAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
@@ -269,7 +269,7 @@ async fn route_json(
         deadline,
         caller: prepared.caller,
     };
-    let mut run = run_chain(inputs, &mut attempter).await;
+    let mut run = run_chain(inputs, &attempter).await;
     spend::settle_json(prepared.reservation, &run).await;
     let end = std::mem::replace(&mut run.end, ChainEnd::Exhausted);
     let (response, served) = match end {
@@ -305,7 +305,7 @@ async fn route_stream(
     permit: Permit,
 ) -> Response {
     let deadline = guard.started() + state.config().retry.request_deadline;
-    let mut attempter = StreamAttempter {
+    let attempter = StreamAttempter {
         client: &state.client,
         request: prepared.request,
         fallback_on_context_length: prepared.route.fallback_on_context_length,
@@ -321,7 +321,8 @@ async fn route_stream(
         deadline,
         caller: prepared.caller,
     };
-    let mut run = run_chain(inputs, &mut attempter).await;
+    let mut run = run_chain(inputs, &attempter).await;
+    spend::charge_cancelled_hedges(&mut prepared.reservation, &run);
     if !matches!(run.end, ChainEnd::Served { .. }) {
         spend::settle_unserved(prepared.reservation.take()).await;
     }
@@ -499,9 +500,13 @@ fn stamp<T>(
         record.provider = Some(served.provider.clone());
         record.model = Some(served.model.clone());
     }
+    if run.attempts.iter().any(|a| a.hedge) {
+        set(headers, "x-switchyard-hedged", "true");
+    }
     record.outcome = outcome;
     record.status = response.status().as_u16();
     record.attempts = run.attempts.clone();
+    record.hedge_refused = run.hedge_refused;
 }
 
 fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {

@@ -10,6 +10,7 @@ use crate::auth::Caller;
 use crate::budgets::{Ask, BudgetError, Reservation};
 use crate::config::Route;
 use crate::providers::ClientRequest;
+use crate::router::classify::FailureClass;
 use crate::router::upstream::JsonReply;
 use crate::router::{ChainEnd, ChainRun};
 
@@ -47,7 +48,8 @@ pub async fn reserve(
 /// Settles a whole (non-stream) answer: at its reported usage, priced at the deployment that
 /// served; at nothing when no step answered or the answer was an error; kept whole when a
 /// served answer reported no usage.
-pub async fn settle_json(reservation: Option<Reservation>, run: &ChainRun<JsonReply>) {
+pub async fn settle_json(mut reservation: Option<Reservation>, run: &ChainRun<JsonReply>) {
+    charge_cancelled_hedges(&mut reservation, run);
     let Some(reservation) = reservation else {
         return;
     };
@@ -59,6 +61,19 @@ pub async fn settle_json(reservation: Option<Reservation>, run: &ChainRun<JsonRe
         ChainEnd::Returned { .. } | ChainEnd::Exhausted => Some(0),
     };
     reservation.settle_or_keep(cost).await;
+}
+
+/// Charges the hedge racers the chain cancelled after they went upstream, whatever the
+/// answer: the provider may bill them, and the reservation held a share for each.
+pub fn charge_cancelled_hedges<T>(reservation: &mut Option<Reservation>, run: &ChainRun<T>) {
+    let cancelled = run
+        .attempts
+        .iter()
+        .filter(|a| a.failure == Some(FailureClass::HedgeLost))
+        .count();
+    if let Some(reservation) = reservation.as_mut().filter(|_| cancelled > 0) {
+        reservation.charge_cancelled(cancelled);
+    }
 }
 
 /// Settles a stream that never started: no step committed, so nothing was generated.

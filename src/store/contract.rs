@@ -86,6 +86,7 @@ fn log_row(id: &str, time_ms: i64, outcome: &str) -> LogRow {
             status: Some(200),
             latency_ms: 1.5,
             reached_upstream: true,
+            hedge: false,
         }],
         status: 200,
         latency_ms: 2.0,

@@ -17,6 +17,10 @@ pub struct LogAttempt {
     pub latency_ms: f64,
     /// False for steps skipped without a request (`no_key`, `circuit_open`, …).
     pub reached_upstream: bool,
+    /// Whether this attempt was a hedge, raced against a slow step 0. Absent from rows
+    /// written before hedging existed, and from every attempt that was not one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hedge: bool,
 }
 
 /// One request's row in the log.

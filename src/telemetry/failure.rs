@@ -40,6 +40,9 @@ pub enum FailureClass {
     Benched,
     /// Not retried: the failed deployment's retry budget (`[retry] budget_percent`) was spent.
     RetryBudgetExhausted,
+    /// Cancelled: another attempt of a hedged request committed first, and this one's
+    /// connection was dropped. It reached the upstream, but says nothing bad of it.
+    HedgeLost,
 }
 
 impl FailureClass {
@@ -64,6 +67,7 @@ impl FailureClass {
             FailureClass::CircuitOpen => "circuit_open",
             FailureClass::Benched => "benched",
             FailureClass::RetryBudgetExhausted => "retry_budget_exhausted",
+            FailureClass::HedgeLost => "hedge_lost",
         }
     }
 }

@@ -53,6 +53,15 @@ pub struct RouteDeployment {
     pub model: LabelValue,
 }
 
+/// `switchyard_hedges_total`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HedgeLabels {
+    pub route: LabelValue,
+    /// `won` (the hedge served), `lost` (another attempt committed first and the hedge was
+    /// cancelled) or `failed` (the hedge failed on its own).
+    pub result: &'static str,
+}
+
 /// The labels of per-route histograms.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
@@ -88,6 +97,10 @@ pub struct Metrics {
     pub ratelimited: Counter,
     /// Retries refused because the failed deployment's retry budget was spent.
     pub retry_budget_exhausted: Family<RouteDeployment, Counter>,
+    /// Hedges started, by route and how each ended.
+    pub hedges: Family<HedgeLabels, Counter>,
+    /// Hedges that were due but refused by the route's hedge budget.
+    pub hedges_refused: Family<RouteLabel, Counter>,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
     /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
@@ -138,6 +151,8 @@ impl Metrics {
             breaker_state: Family::default(),
             ratelimited: Counter::default(),
             retry_budget_exhausted: Family::default(),
+            hedges: Family::default(),
+            hedges_refused: Family::default(),
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
@@ -204,6 +219,16 @@ impl Metrics {
             "switchyard_retry_budget_exhausted",
             "Retries refused because the failed deployment's retry budget was spent",
             metrics.retry_budget_exhausted.clone(),
+        );
+        registry.register(
+            "switchyard_hedges",
+            "Hedged attempts by route and result: won (the hedge served), lost (cancelled when another attempt committed first), failed",
+            metrics.hedges.clone(),
+        );
+        registry.register(
+            "switchyard_hedges_refused",
+            "Hedges that were due but refused by the route's hedge budget",
+            metrics.hedges_refused.clone(),
         );
         registry.register(
             "switchyard_limit_backend_errors",
@@ -296,8 +321,24 @@ impl Metrics {
                     })
                     .inc();
             }
+            if attempt.hedge {
+                let result = match attempt.failure {
+                    None => "won",
+                    Some(super::FailureClass::HedgeLost) => "lost",
+                    Some(_) => "failed",
+                };
+                self.hedges
+                    .get_or_create(&HedgeLabels {
+                        route: route.clone(),
+                        result,
+                    })
+                    .inc();
+            }
         }
         let label = RouteLabel { route };
+        if record.hedge_refused {
+            self.hedges_refused.get_or_create(&label).inc();
+        }
         self.duration
             .get_or_create(&label)
             .observe(record.latency.as_secs_f64());

@@ -401,6 +401,7 @@ pub fn log_row(record: &RequestRecord) -> LogRow {
                 status: a.status,
                 latency_ms: ms(a.latency),
                 reached_upstream: a.reached_upstream(),
+                hedge: a.hedge,
             })
             .collect(),
         status: record.status,

@@ -6,25 +6,23 @@ use super::*;
 
 /// Answers each attempt from a script: after `delay`, a status (200 serves).
 struct Scripted {
-    script: VecDeque<(Duration, u16, Option<&'static str>)>,
-    calls: Vec<String>,
+    script: std::sync::Mutex<VecDeque<(Duration, u16, Option<&'static str>)>>,
+    calls: std::sync::Mutex<Vec<String>>,
 }
 
 impl Attempter for Scripted {
     type Output = ();
 
     async fn attempt(
-        &mut self,
+        &self,
         step: &Deployment,
         _provider: &Provider,
         _key: Option<&KeyLease>,
         timeout: Duration,
     ) -> Attempt<()> {
-        self.calls.push(step.provider.to_string());
-        let (delay, status, retry_after) =
-            self.script
-                .pop_front()
-                .unwrap_or((Duration::ZERO, 200, None));
+        self.calls.lock().unwrap().push(step.provider.to_string());
+        let next = self.script.lock().unwrap().pop_front();
+        let (delay, status, retry_after) = next.unwrap_or((Duration::ZERO, 200, None));
         if delay > timeout {
             tokio::time::sleep(timeout).await;
             return Attempt::Failed(Failure::without_reply(FailureClass::Timeout));
@@ -85,9 +83,9 @@ async fn run(
     let keys = KeyRing::default();
     let health = std::sync::Arc::new(Health::new(config.breaker.clone()));
     let started = Instant::now();
-    let mut attempter = Scripted {
-        script: script.into(),
-        calls: Vec::new(),
+    let attempter = Scripted {
+        script: std::sync::Mutex::new(script.into()),
+        calls: std::sync::Mutex::new(Vec::new()),
     };
     let inputs = ChainInputs {
         config,
@@ -98,8 +96,12 @@ async fn run(
         deadline: started + config.retry.request_deadline,
         caller: crate::router::breaker::CallerTag::new("test"),
     };
-    let run = run_chain(inputs, &mut attempter).await;
-    (run, attempter.calls, started.elapsed())
+    let run = run_chain(inputs, &attempter).await;
+    (
+        run,
+        attempter.calls.into_inner().unwrap(),
+        started.elapsed(),
+    )
 }
 
 fn served_step<T>(run: &ChainRun<T>) -> Option<usize> {

@@ -74,7 +74,7 @@ impl Attempter for Fleet {
     type Output = ();
 
     async fn attempt(
-        &mut self,
+        &self,
         deployment: &Deployment,
         _provider: &Provider,
         key: Option<&KeyLease>,
@@ -174,7 +174,7 @@ impl Harness {
             deadline: Instant::now() + self.config.retry.request_deadline,
             caller: crate::router::breaker::CallerTag::new("test"),
         };
-        run_chain(inputs, &mut fleet.clone()).await
+        run_chain(inputs, &fleet.clone()).await
     }
 
     /// Runs a request and says how long it took.

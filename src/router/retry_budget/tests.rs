@@ -141,6 +141,7 @@ fn attempt_record(name: &str, failure: Option<FailureClass>) -> AttemptRecord {
         failure,
         status: None,
         latency: Duration::ZERO,
+        hedge: false,
     }
 }
 
@@ -206,20 +207,24 @@ async fn a_first_attempt_is_never_refused_and_a_refusal_names_the_failed_deploym
 struct Failing {
     status: u16,
     retry_after: Option<&'static str>,
-    calls: Vec<String>,
+    /// Behind a lock: attempts take `&self`, since a hedged request has two in flight.
+    calls: std::sync::Mutex<Vec<String>>,
 }
 
 impl Attempter for Failing {
     type Output = ();
 
     async fn attempt(
-        &mut self,
+        &self,
         deployment: &Deployment,
         _provider: &Provider,
         _key: Option<&KeyLease>,
         _timeout: Duration,
     ) -> Attempt<()> {
-        self.calls.push(deployment.provider.to_string());
+        self.calls
+            .lock()
+            .unwrap()
+            .push(deployment.provider.to_string());
         let mut headers = HeaderMap::new();
         if let Some(after) = self.retry_after {
             headers.insert(RETRY_AFTER, HeaderValue::from_static(after));
@@ -256,7 +261,7 @@ fn two_steps(retry: &str) -> Config {
     .unwrap()
 }
 
-async fn run(config: &Config, health: &Arc<Health>, attempter: &mut Failing) -> ChainRun<()> {
+async fn run(config: &Config, health: &Arc<Health>, attempter: &Failing) -> ChainRun<()> {
     let keys = KeyRing::default();
     let inputs = ChainInputs {
         config,
@@ -274,14 +279,14 @@ async fn run(config: &Config, health: &Arc<Health>, attempter: &mut Failing) -> 
 async fn the_chain_falls_back_only_as_far_as_the_budget_goes() {
     let config = two_steps("budget_percent = 20\nmin_retries_per_second = 0");
     let health = Arc::new(Health::new(config.breaker.clone()));
-    let mut attempter = Failing {
+    let attempter = Failing {
         status: 500,
         retry_after: None,
-        calls: Vec::new(),
+        calls: Default::default(),
     };
     let mut refused = 0;
     for _ in 0..10 {
-        let run = run(&config, &health, &mut attempter).await;
+        let run = run(&config, &health, &attempter).await;
         assert!(matches!(run.end, ChainEnd::Exhausted));
         if ended_by_refusal(&run.attempts) {
             refused += 1;
@@ -293,7 +298,13 @@ async fn the_chain_falls_back_only_as_far_as_the_budget_goes() {
         }
     }
     // 20 % of a's requests: one fallback after its 5th, one after its 10th.
-    let to_b = attempter.calls.iter().filter(|c| *c == "b").count();
+    let to_b = attempter
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| *c == "b")
+        .count();
     assert_eq!((to_b, refused), (2, 8));
     // b's requests count for b: its failures have a budget of their own, unspent.
     let (b, m) = deployment("b");
@@ -308,19 +319,19 @@ async fn a_refused_retry_is_not_waited_for_and_a_429_stays_a_429() {
     let (a, m) = deployment("a");
     let floor = config.retry.budget;
     while health.try_retry(&a, &m, &floor, Instant::now()) {}
-    let mut attempter = Failing {
+    let attempter = Failing {
         status: 429,
         retry_after: Some("2"),
-        calls: Vec::new(),
+        calls: Default::default(),
     };
     let started = Instant::now();
-    let run = run(&config, &health, &mut attempter).await;
+    let run = run(&config, &health, &attempter).await;
     assert_eq!(
         started.elapsed(),
         Duration::ZERO,
         "no backoff before a refusal"
     );
-    assert_eq!(attempter.calls, ["a"]);
+    assert_eq!(*attempter.calls.lock().unwrap(), ["a"]);
     assert!(ended_by_refusal(&run.attempts));
     assert_eq!(rate_limited_everywhere(&run), Some(Duration::from_secs(2)));
 }

@@ -210,6 +210,7 @@ mod tests {
                 status: Some(200),
                 latency_ms: 1.5,
                 reached_upstream: true,
+                hedge: false,
             }],
             status: 200,
             latency_ms: 2.0,

@@ -179,6 +179,7 @@ mod tests {
                 status: Some(200),
                 latency_ms: (i % 1000) as f64,
                 reached_upstream: true,
+                hedge: false,
             }],
             status: 200,
             latency_ms: (i % 1000) as f64,

@@ -37,6 +37,7 @@ fn record(route: Option<&str>, provider: &str, model: &str) -> RequestRecord {
         failure,
         status: Some(200),
         latency: Duration::from_millis(5),
+        hedge: false,
     };
     RequestRecord {
         route: route.map(|r| RouteName(Arc::from(r))),

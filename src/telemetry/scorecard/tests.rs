@@ -26,6 +26,7 @@ fn attempt(provider: &str, failure: Option<&str>, latency_ms: f64) -> LogAttempt
         status: Some(if failure.is_some() { 500 } else { 200 }),
         latency_ms,
         reached_upstream: true,
+        hedge: false,
     }
 }
 
