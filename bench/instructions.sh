@@ -18,7 +18,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 INSTR_REQUESTS=${INSTR_REQUESTS:-200}    # measured requests per scenario
 INSTR_WARMUP=${INSTR_WARMUP:-20}         # unmeasured requests before each scenario
 INSTR_EVENTS=${INSTR_EVENTS:-500}        # content events in the stream scenario
-INSTR_SIZES=${INSTR_SIZES:-"64 4k 32k 128k"}
+INSTR_SIZES=${INSTR_SIZES-"64 4k 32k 128k"}   # set but empty: no body-size scenario
+INSTR_STREAM=${INSTR_STREAM:-1}          # 0: no stream scenario
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-instr.XXXXXX")
 PIDS=()
@@ -106,5 +107,7 @@ for size in $INSTR_SIZES; do
     python3 bench/bodies.py chat "$size" bench >"$WORK/body-$size.json"
     scenario "json $size" "$WORK/body-$size.json"
 done
-python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/body-stream.json"
-scenario "stream 4k, $INSTR_EVENTS events" "$WORK/body-stream.json" --stream
+if [[ $INSTR_STREAM != 0 ]]; then
+    python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/body-stream.json"
+    scenario "stream 4k, $INSTR_EVENTS events" "$WORK/body-stream.json" --stream
+fi

@@ -24,6 +24,7 @@ BENCH_TTFB_N=${BENCH_TTFB_N:-200}        # streamed requests per target for TTFB
 BENCH_EVENTS=${BENCH_EVENTS:-500}        # content events in the stream scenario
 BENCH_STREAMS=${BENCH_STREAMS:-1000}     # concurrently open streams for the RSS figure
 BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-}     # SWITCHYARD_LOG for the gateway; unset: its default, as users run it
+BENCH_STREAMS_ONLY=${BENCH_STREAMS_ONLY:-0}  # 1: only the open-streams memory figure, then stop
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
 PIDS=()
@@ -45,7 +46,7 @@ done
 # --- tools --------------------------------------------------------------------------------
 command -v python3 >/dev/null || die "python3 is required"
 command -v cargo >/dev/null || die "cargo is required"
-need wrk wrk
+[[ $BENCH_STREAMS_ONLY == 1 ]] || need wrk wrk
 find_nginx
 # Every open stream holds a socket on the client, the gateway and the upstream.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -208,6 +209,10 @@ log "opening $BENCH_STREAMS streams at once"
 python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
 timeout 300 python3 bench/streams.py "$GW_ADDR" "$WORK/slow-stream.json" "$BENCH_STREAMS" \
     "$GW_PID" >"$WORK/streams.json"
+if [[ $BENCH_STREAMS_ONLY == 1 ]]; then
+    cat "$WORK/streams.json"
+    exit 0
+fi
 
 # --- load phases --------------------------------------------------------------------------
 RESULTS=$WORK/results.jsonl

@@ -290,7 +290,7 @@ pub fn stream(data: &[u8]) {
     };
     let (events, _) = read_events(vec![Bytes::copy_from_slice(body)]);
     let mut ended = false;
-    for event in events.iter().filter(|e| !e.data.is_empty()) {
+    for event in events.iter().filter(|e| !e.data().is_empty()) {
         let translated = translator.event(event);
         check(&translated.frames);
         if !matches!(translated.state, StreamState::Open | StreamState::KeepAlive) {
@@ -301,7 +301,7 @@ pub fn stream(data: &[u8]) {
     if !ended {
         check(&translator.end().frames);
     }
-    let message = events.last().map(|e| e.data.as_str()).unwrap_or("broken");
+    let message = events.last().map(|e| e.data()).unwrap_or("broken");
     assert_sse_frame(&translator.error_event(message, "upstream_error"));
 }
 

@@ -4,6 +4,7 @@
 //! `base_url` names the API root (`https://api.openai.com/v1`); chat goes to
 //! `{base_url}/chat/completions` and embeddings to `{base_url}/embeddings`, with bearer auth.
 
+mod scan;
 pub mod stream;
 
 use bytes::Bytes;
@@ -280,6 +281,17 @@ struct ChoiceProbe {
 
 /// Reads one streamed event's data; `None` when it is not a valid chunk.
 pub fn probe_chunk(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
+    // Content chunks, nearly all of a stream, are told apart in one pass; the rest (usage,
+    // errors, `[DONE]`, anything odd) are parsed in full.
+    match scan::scan_chunk(data) {
+        Some(scan::Scanned::Content) => Some((ChunkKind::Content, None)),
+        Some(scan::Scanned::Finish) => Some((ChunkKind::Finish, None)),
+        None => probe_chunk_in_full(data),
+    }
+}
+
+/// [`probe_chunk`] by a full parse.
+fn probe_chunk_in_full(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
     if data.trim() == "[DONE]" {
         return Some((ChunkKind::Done, None));
     }

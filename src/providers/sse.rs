@@ -2,6 +2,8 @@
 //!
 //! Each event keeps its raw bytes, so the gateway forwards exactly what the upstream sent.
 
+use std::ops::Range;
+
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 
@@ -9,13 +11,54 @@ use futures_util::{Stream, StreamExt};
 pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
 
 /// One whole event.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SseEvent {
     /// The event as it arrived, ending with its blank line.
     pub raw: Bytes,
-    /// Its `data:` lines joined with `\n`; empty for a comment-only event (a keep-alive).
-    pub data: String,
+    data: Data,
 }
+
+/// Where an event's data is: most events have a single `data:` line, read in place rather
+/// than copied into a string of its own.
+#[derive(Clone, Debug)]
+enum Data {
+    /// The one `data:` value (or none: an empty range), as a range of the raw event.
+    InPlace(Range<usize>),
+    /// Several `data:` lines, joined.
+    Joined(String),
+}
+
+impl SseEvent {
+    /// An event from its raw bytes and its data (what [`SseEvent::data`] returns).
+    pub fn new(raw: Bytes, data: String) -> SseEvent {
+        SseEvent {
+            raw,
+            data: Data::Joined(data),
+        }
+    }
+
+    /// Its `data:` lines joined with `\n`; empty for a comment-only event (a keep-alive).
+    pub fn data(&self) -> &str {
+        match &self.data {
+            // The whole event was checked as UTF-8 and the range ends on line boundaries, so
+            // this check passes; it costs a pass over ASCII, not an allocation.
+            Data::InPlace(range) => self
+                .raw
+                .get(range.clone())
+                .and_then(|data| std::str::from_utf8(data).ok())
+                .unwrap_or_default(),
+            Data::Joined(data) => data,
+        }
+    }
+}
+
+impl PartialEq for SseEvent {
+    fn eq(&self, other: &SseEvent) -> bool {
+        self.raw == other.raw && self.data() == other.data()
+    }
+}
+
+impl Eq for SseEvent {}
 
 /// Why a stream of events broke.
 #[derive(Debug, thiserror::Error)]
@@ -63,16 +106,8 @@ where
     /// a terminal marker.
     pub async fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
         loop {
-            #[cfg(test)]
-            let from = self.scan.next;
-            let found = self.scan.advance(&self.buffer, self.finished);
-            #[cfg(test)]
-            {
-                self.scanned += found.unwrap_or(self.scan.next).saturating_sub(from);
-            }
-            if let Some(end) = found {
-                let raw = self.buffer.split_to(end).freeze();
-                return parse_event(raw).map(Some);
+            if let Some(event) = self.buffered_event() {
+                return event.map(Some);
             }
             if self.buffer.len() > self.max_event_bytes {
                 return Err(SseError::TooLong);
@@ -86,6 +121,20 @@ where
                 None => self.finished = true,
             }
         }
+    }
+
+    /// The next event if it has already arrived whole: never waits, never reads the stream.
+    /// A burst of events that came in one read can so be handled, and forwarded, at once.
+    pub fn buffered_event(&mut self) -> Option<Result<SseEvent, SseError>> {
+        #[cfg(test)]
+        let from = self.scan.next;
+        let found = self.scan.advance(&self.buffer, self.finished);
+        #[cfg(test)]
+        {
+            self.scanned += found.unwrap_or(self.scan.next).saturating_sub(from);
+        }
+        let end = found?;
+        Some(parse_event(self.buffer.split_to(end).freeze()))
     }
 }
 
@@ -115,8 +164,10 @@ impl Scan {
                     None => break,
                 },
                 _ => {
+                    // Skip to the next line end at once: events are mostly line content.
                     self.after_newline = false;
-                    i += 1;
+                    i = memchr::memchr2(b'\n', b'\r', &buffer[i..])
+                        .map_or(buffer.len(), |at| i + at);
                     continue;
                 }
             };
@@ -134,7 +185,7 @@ impl Scan {
 
 fn parse_event(raw: Bytes) -> Result<SseEvent, SseError> {
     let text = std::str::from_utf8(&raw).map_err(|_| SseError::NotUtf8)?;
-    let mut data = String::new();
+    let mut data = Data::InPlace(0..0);
     for line in text.lines() {
         let value = match line.strip_prefix("data") {
             Some("") => "",
@@ -144,10 +195,31 @@ fn parse_event(raw: Bytes) -> Result<SseEvent, SseError> {
             },
             None => continue,
         };
-        if !data.is_empty() {
-            data.push('\n');
+        // Lines join with `\n`, but only after data: an empty line adds nothing to none.
+        if value.is_empty() && matches!(&data, Data::InPlace(range) if range.is_empty()) {
+            continue;
         }
-        data.push_str(value);
+        data = match data {
+            Data::InPlace(range) if range.is_empty() => {
+                // `value` lies within `text`: its offset is where it starts in the event.
+                let start = value.as_ptr() as usize - text.as_ptr() as usize;
+                Data::InPlace(start..start + value.len())
+            }
+            Data::InPlace(range) => {
+                let mut joined = String::with_capacity(range.len() + 1 + value.len());
+                joined.push_str(text.get(range).unwrap_or_default());
+                joined.push('\n');
+                joined.push_str(value);
+                Data::Joined(joined)
+            }
+            Data::Joined(mut joined) => {
+                if !joined.is_empty() {
+                    joined.push('\n');
+                }
+                joined.push_str(value);
+                Data::Joined(joined)
+            }
+        };
     }
     Ok(SseEvent { raw, data })
 }
@@ -178,17 +250,17 @@ mod tests {
         let (events, error) = events(&["data: {\"a\"", ":1}\n", "\ndata: [DONE]\n\n"]).await;
         assert_eq!(error, None);
         assert_eq!(events.len(), 2);
-        assert_eq!(events[0].data, "{\"a\":1}");
+        assert_eq!(events[0].data(), "{\"a\":1}");
         assert_eq!(events[0].raw, Bytes::from_static(b"data: {\"a\":1}\n\n"));
-        assert_eq!(events[1].data, "[DONE]");
+        assert_eq!(events[1].data(), "[DONE]");
     }
 
     #[tokio::test]
     async fn handles_crlf_comments_and_multiline_data() {
         let (events, _) =
             events(&[": ping\r\n\r\n", "event: x\r\ndata: a\r\ndata:b\r\n\r\n"]).await;
-        assert_eq!(events[0].data, "");
-        assert_eq!(events[1].data, "a\nb");
+        assert_eq!(events[0].data(), "");
+        assert_eq!(events[1].data(), "a\nb");
     }
 
     /// Reads one `size`-byte event arriving in `chunk`-byte pieces; the bytes scanned.
@@ -234,7 +306,7 @@ mod tests {
         let (events, error) = events(&["data: a\r", "\ndata: b\r", "\n\r", "\n"]).await;
         assert_eq!(error, None);
         assert_eq!(events.len(), 1);
-        assert_eq!(events[0].data, "a\nb");
+        assert_eq!(events[0].data(), "a\nb");
     }
 
     #[tokio::test]

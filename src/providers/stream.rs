@@ -170,10 +170,7 @@ pub(crate) mod testing {
             Some(name) => format!("event: {name}\ndata: {data}\n\n"),
             None => format!("data: {data}\n\n"),
         };
-        SseEvent {
-            raw: Bytes::from(raw),
-            data: data.to_owned(),
-        }
+        SseEvent::new(Bytes::from(raw), data.to_owned())
     }
 
     /// Every data payload of the frames, parsed (`[DONE]` kept as a string).

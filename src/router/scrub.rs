@@ -123,11 +123,11 @@ impl Scrubber {
             Cow::Borrowed(_) => return event,
             Cow::Owned(clean) => Bytes::from(clean),
         };
-        let data = match self.scrub(event.data.as_bytes()) {
-            Cow::Borrowed(_) => event.data,
+        let data = match self.scrub(event.data().as_bytes()) {
+            Cow::Borrowed(data) => String::from_utf8_lossy(data).into_owned(),
             Cow::Owned(clean) => String::from_utf8_lossy(&clean).into_owned(),
         };
-        SseEvent { raw, data }
+        SseEvent::new(raw, data)
     }
 
     /// The first secret run at or after `from`, as a byte range. A run grows while each
@@ -205,6 +205,13 @@ impl ScrubbedReader {
         ScrubbedReader { inner, scrubber }
     }
 
+    /// The next event if it has already arrived whole, scrubbed; as
+    /// [`SseReader::buffered_event`].
+    pub fn buffered_event(&mut self) -> Option<Result<SseEvent, SseError>> {
+        let read = self.inner.buffered_event()?;
+        Some(read.map(|event| self.scrubber.event(event)))
+    }
+
     /// The next whole event, scrubbed; as [`SseReader::next_event`].
     pub async fn next_event(&mut self) -> Result<Option<SseEvent>, SseError> {
         match self.inner.next_event().await {
@@ -269,12 +276,12 @@ mod tests {
         let s = Scrubber::new([KEY]);
         let value = HeaderValue::from_str(&format!("application/json; k={KEY}")).unwrap();
         assert_eq!(s.header(value), "application/json; k=[redacted]");
-        let event = SseEvent {
-            raw: Bytes::from(format!("data: {{\"m\":\"{KEY}\"}}\n\n")),
-            data: format!("{{\"m\":\"{KEY}\"}}"),
-        };
+        let event = SseEvent::new(
+            Bytes::from(format!("data: {{\"m\":\"{KEY}\"}}\n\n")),
+            format!("{{\"m\":\"{KEY}\"}}"),
+        );
         let event = s.event(event);
-        assert_eq!(event.data, "{\"m\":\"[redacted]\"}");
+        assert_eq!(event.data(), "{\"m\":\"[redacted]\"}");
         assert_eq!(&event.raw[..], b"data: {\"m\":\"[redacted]\"}\n\n");
     }
 

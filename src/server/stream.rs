@@ -8,13 +8,13 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
 use crate::budgets::Reservation;
 use crate::limits::Permit;
-use crate::providers::sse::SseError;
+use crate::providers::sse::{SseError, SseEvent};
 use crate::providers::{StreamState, Translated, Usage};
 use crate::router::FailureClass;
 use crate::router::breaker::Verdict;
@@ -22,11 +22,19 @@ use crate::router::health::PendingVerdict;
 use crate::router::upstream::CommittedStream;
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
+/// The most bytes of events already arrived that go out as one frame.
+const BATCH_BYTES: usize = 64 * 1024;
+
 /// Hands a committed stream to the client, finishing its record when it ends.
 pub struct StreamForwarder {
     stream: CommittedStream,
     /// Client events translated but not yet sent.
     pending: VecDeque<Bytes>,
+    /// Their total size.
+    pending_bytes: usize,
+    /// Once the stream has ended: how many of the pending events leave before the record
+    /// is durable.
+    hold_after: Option<usize>,
     /// Held until the stream ends, so a concurrency slot is not freed mid-answer. Declared
     /// before `guard` so that on a disconnect it is released before the record is sent.
     permit: Option<Permit>,
@@ -64,14 +72,16 @@ impl StreamForwarder {
         verdict: Option<PendingVerdict>,
         limits: StreamLimits,
     ) -> StreamForwarder {
-        let pending = std::mem::take(&mut stream.first).into();
+        let pending: VecDeque<Bytes> = std::mem::take(&mut stream.first).into();
         let record = guard.record();
         // Until the stream ends cleanly, a record sent (say, on disconnect) is a partial one.
         record.partial = true;
         add_usage(record, stream.first_usage.take());
         StreamForwarder {
             stream,
+            pending_bytes: pending.iter().map(Bytes::len).sum(),
             pending,
+            hold_after: None,
             permit: Some(permit),
             guard: Some(guard),
             verdict,
@@ -105,7 +115,7 @@ impl StreamForwarder {
             if let Some((reservation, cost)) = self.settling.take() {
                 reservation.settle(cost).await;
             }
-            if let Some(frame) = self.pending.pop_front() {
+            if let Some(frame) = self.take_pending() {
                 return Some(frame);
             }
             self.guard.as_ref()?;
@@ -118,65 +128,94 @@ impl StreamForwarder {
                 () = grace_over(&mut self.limits.grace_over) => None,
                 next = timeout_at(wait_until, self.stream.reader.next_event()) => Some(next),
             };
-            let Some(next) = next else {
+            match next {
                 // The gateway's own doing, not the provider's: neutral for its breaker.
-                return self.fail(
+                None => self.fail(
                     FailureClass::Deadline,
                     "shutting_down",
                     "the gateway is shutting down",
-                );
-            };
-            let event = match next {
-                Err(_) if Instant::now() >= self.limits.deadline => {
-                    // The request's own budget ran out: neutral, as for a whole answer.
-                    return self.fail(
-                        FailureClass::Deadline,
-                        "deadline",
-                        "the request deadline ran out mid-stream",
-                    );
-                }
-                Err(_) => {
-                    return self.fail(
-                        FailureClass::Timeout,
-                        "stream_idle_timeout",
-                        "the upstream stalled mid-stream",
-                    );
-                }
-                Ok(Err(SseError::Transport(_))) => {
-                    return self.fail(
-                        FailureClass::Reset,
-                        "connection_reset",
-                        "the upstream connection broke mid-stream",
-                    );
-                }
-                Ok(Err(SseError::TooLong)) => {
-                    return self.fail(
-                        FailureClass::Oversized,
-                        "oversized",
-                        "the upstream sent an event too large to read",
-                    );
-                }
-                Ok(Err(_)) => {
-                    return self.fail(
-                        FailureClass::Malformed,
-                        "malformed_event",
-                        "the upstream sent a malformed event",
-                    );
-                }
-                Ok(Ok(None)) => {
-                    let translated = self.stream.translator.end();
-                    self.take(translated);
-                    continue;
-                }
-                Ok(Ok(Some(event))) => event,
-            };
-            if event.data.is_empty() {
-                // A keep-alive comment: pass it on, it keeps the client's connection warm too.
-                return Some(event.raw);
+                ),
+                // The request's own budget ran out: neutral, as for a whole answer.
+                Some(Err(_)) if Instant::now() >= self.limits.deadline => self.fail(
+                    FailureClass::Deadline,
+                    "deadline",
+                    "the request deadline ran out mid-stream",
+                ),
+                Some(Err(_)) => self.fail(
+                    FailureClass::Timeout,
+                    "stream_idle_timeout",
+                    "the upstream stalled mid-stream",
+                ),
+                Some(Ok(read)) => self.read(read),
             }
-            let translated = self.stream.translator.event(&event);
-            self.take(translated);
+            // What else has already arrived goes out in the same frame: a burst the upstream
+            // sent in one write costs one write to the client, not one per event.
+            while self.guard.is_some() && self.pending_bytes < BATCH_BYTES {
+                let Some(read) = self.stream.reader.buffered_event() else {
+                    break;
+                };
+                self.read(read.map(Some));
+            }
         }
+    }
+
+    /// Handles what the reader returned: an event, the end, or a broken stream.
+    fn read(&mut self, read: Result<Option<SseEvent>, SseError>) {
+        match read {
+            Err(SseError::Transport(_)) => self.fail(
+                FailureClass::Reset,
+                "connection_reset",
+                "the upstream connection broke mid-stream",
+            ),
+            Err(SseError::TooLong) => self.fail(
+                FailureClass::Oversized,
+                "oversized",
+                "the upstream sent an event too large to read",
+            ),
+            Err(_) => self.fail(
+                FailureClass::Malformed,
+                "malformed_event",
+                "the upstream sent a malformed event",
+            ),
+            Ok(None) => {
+                let translated = self.stream.translator.end();
+                self.take(translated);
+            }
+            // A keep-alive comment: pass it on, it keeps the client's connection warm too.
+            Ok(Some(event)) if event.data().is_empty() => self.queue(event.raw),
+            Ok(Some(event)) => {
+                let translated = self.stream.translator.event(&event);
+                self.take(translated);
+            }
+        }
+    }
+
+    fn queue(&mut self, frame: Bytes) {
+        self.pending_bytes += frame.len();
+        self.pending.push_back(frame);
+    }
+
+    /// The events queued so far, as one frame. When the stream has just ended, only up to
+    /// its first final event: the rest wait for the record to be durable, as they always did.
+    fn take_pending(&mut self) -> Option<Bytes> {
+        let count = match self.hold_after.take() {
+            Some(count) => count.min(self.pending.len()),
+            None => self.pending.len(),
+        };
+        let frame = match count {
+            0 => return None,
+            1 => self.pending.pop_front()?,
+            _ => {
+                let size = self.pending.iter().take(count).map(Bytes::len).sum();
+                let mut joined = BytesMut::with_capacity(size);
+                for frame in self.pending.drain(..count) {
+                    joined.extend_from_slice(&frame);
+                }
+                joined.freeze()
+            }
+        };
+        self.pending_bytes -= frame.len();
+        Some(frame)
     }
 
     /// Queues an event's translation and settles the record when the stream ends.
@@ -188,9 +227,11 @@ impl StreamForwarder {
         } = translated;
         self.update(|record| add_usage(record, usage));
         match state {
-            StreamState::Open | StreamState::KeepAlive => self.pending.extend(frames),
+            StreamState::Open | StreamState::KeepAlive => {
+                frames.into_iter().for_each(|f| self.queue(f))
+            }
             StreamState::Done => {
-                self.pending.extend(frames);
+                self.finish_with(frames);
                 self.update(|record| record.partial = false);
                 self.judge(None);
                 self.settle();
@@ -198,7 +239,7 @@ impl StreamForwarder {
             }
             StreamState::UpstreamError { overloaded, .. } => {
                 // The translator ended the client's stream with its own error event.
-                self.pending.extend(frames);
+                self.finish_with(frames);
                 self.update(|record| {
                     record.outcome = Outcome::Error;
                     record.error = Some("upstream_stream_error".into());
@@ -210,29 +251,32 @@ impl StreamForwarder {
                 }));
                 self.finish();
             }
-            StreamState::Malformed => {
-                let frame = self.fail(
-                    FailureClass::Malformed,
-                    "malformed_event",
-                    "the upstream sent a malformed event",
-                );
-                self.pending.extend(frame);
-            }
-            StreamState::Truncated => {
-                let frame = self.fail(
-                    FailureClass::Reset,
-                    "truncated",
-                    "the upstream stream ended before the answer finished",
-                );
-                self.pending.extend(frame);
-            }
+            StreamState::Malformed => self.fail(
+                FailureClass::Malformed,
+                "malformed_event",
+                "the upstream sent a malformed event",
+            ),
+            StreamState::Truncated => self.fail(
+                FailureClass::Reset,
+                "truncated",
+                "the upstream stream ended before the answer finished",
+            ),
         }
+    }
+
+    /// Queues the stream's final events. The first leaves with what came before it; the
+    /// others wait for the record to be durable (`[log] durability = "fsync"`).
+    fn finish_with(&mut self, frames: Vec<Bytes>) {
+        self.hold_after = Some(self.pending.len() + 1);
+        frames.into_iter().for_each(|f| self.queue(f));
     }
 
     /// Ends the stream with an error event in the client's format; `class` is what the
     /// break says about the provider.
-    fn fail(&mut self, class: FailureClass, code: &str, message: &str) -> Option<Bytes> {
-        self.guard.as_ref()?;
+    fn fail(&mut self, class: FailureClass, code: &str, message: &str) {
+        if self.guard.is_none() {
+            return;
+        }
         self.update(|record| {
             record.outcome = Outcome::Error;
             record.partial = true;
@@ -240,7 +284,8 @@ impl StreamForwarder {
         });
         self.judge(Some(class));
         self.finish();
-        Some(self.stream.translator.error_event(message, code))
+        let event = self.stream.translator.error_event(message, code);
+        self.finish_with(vec![event]);
     }
 
     /// Settles the served attempt: its breaker's verdict, and its failure class in the

@@ -24,7 +24,7 @@ use crate::providers::stream::{
 
 /// An event's `type` and its parsed data; `None` when the data is not an Anthropic event.
 fn parse(event: &SseEvent) -> Option<(String, Value)> {
-    let value: Value = serde_json::from_str(&event.data).ok()?;
+    let value: Value = serde_json::from_str(event.data()).ok()?;
     let kind = value.get("type")?.as_str()?.to_owned();
     Some((kind, value))
 }

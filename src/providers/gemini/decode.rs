@@ -158,7 +158,7 @@ impl GeminiSource {
 
 impl ChunkSource for GeminiSource {
     fn event(&mut self, event: &SseEvent, chunks: &mut Vec<Value>) -> StreamState {
-        let Ok(response) = serde_json::from_str::<Value>(&event.data) else {
+        let Ok(response) = serde_json::from_str::<Value>(event.data()) else {
             return StreamState::Malformed;
         };
         if let Some(error) = response.get("error") {

@@ -34,12 +34,12 @@ impl StreamTranslator for Passthrough {
             usage,
             state,
         };
-        match probe_chunk(&event.data) {
+        match probe_chunk(event.data()) {
             None => forward(StreamState::Malformed, None),
             Some((ChunkKind::Done, _)) => forward(StreamState::Done, None),
             Some((ChunkKind::Error, _)) => {
                 // Already in the client's format: forward it as the stream's last event.
-                let (kind, message) = crate::providers::read_error(event.data.as_bytes());
+                let (kind, message) = crate::providers::read_error(event.data().as_bytes());
                 forward(
                     StreamState::UpstreamError {
                         overloaded: kind.as_deref() == Some("overloaded_error"),
@@ -98,14 +98,14 @@ pub struct OpenAiSource {
 
 impl ChunkSource for OpenAiSource {
     fn event(&mut self, event: &SseEvent, chunks: &mut Vec<Value>) -> StreamState {
-        if event.data.trim() == "[DONE]" {
+        if event.data().trim() == "[DONE]" {
             return StreamState::Done;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(&event.data) else {
+        let Ok(chunk) = serde_json::from_str::<Value>(event.data()) else {
             return StreamState::Malformed;
         };
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
-            let (kind, message) = crate::providers::read_error(event.data.as_bytes());
+            let (kind, message) = crate::providers::read_error(event.data().as_bytes());
             return StreamState::UpstreamError {
                 overloaded: kind.as_deref() == Some("overloaded_error"),
                 message: message.unwrap_or_else(|| "the provider failed mid-stream".into()),

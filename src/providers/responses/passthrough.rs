@@ -36,7 +36,7 @@ pub struct Passthrough {
 
 impl StreamTranslator for Passthrough {
     fn event(&mut self, event: &SseEvent) -> Translated {
-        let Ok(probe) = serde_json::from_str::<EventProbe>(&event.data) else {
+        let Ok(probe) = serde_json::from_str::<EventProbe>(event.data()) else {
             return state(Vec::new(), None, StreamState::Malformed);
         };
         let usage = probe
