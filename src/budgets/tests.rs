@@ -157,14 +157,15 @@ fn refusals_name_the_budget_the_amount_and_the_reset() {
     assert_eq!(dollars(5_000), "0.005000");
 }
 
-#[tokio::test]
-async fn a_dropped_reservation_stays_charged_and_a_settled_one_returns_the_rest() {
-    let config = Config::parse(
+/// Route `r` (given as its `route` lines) on provider `a`, whose output costs $1,000 per
+/// million tokens, so a 10-token answer reserves $0.01; role `ae` has `per_day` dollars a day.
+fn priced(route: &str, per_day: f64) -> (Config, Budgets, RequestBody) {
+    let config = Config::parse(&format!(
         "[[providers]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\n\
-         [[routes]]\nname = \"r\"\nsteps = [{ provider = \"a\", model = \"m\" }]\n\
+         [[routes]]\nname = \"r\"\n{route}\n\
          [[prices]]\nprovider = \"a\"\nmodel = \"m\"\ninput_per_1m = 0.0\noutput_per_1m = 1000.0\n\
-         [[roles]]\nname = \"ae\"\nbudget_per_day = 0.025\n",
-    )
+         [[roles]]\nname = \"ae\"\nbudget_per_day = {per_day}\n",
+    ))
     .unwrap();
     let limits = Limits::new(&config, Arc::default()).unwrap();
     let budgets = Budgets::new(&config, &limits, Arc::default());
@@ -172,6 +173,12 @@ async fn a_dropped_reservation_stays_charged_and_a_settled_one_returns_the_rest(
         br#"{"model":"r","max_tokens":10,"messages":[]}"#,
     ))
     .unwrap();
+    (config, budgets, body)
+}
+
+#[tokio::test]
+async fn a_dropped_reservation_stays_charged_and_a_settled_one_returns_the_rest() {
+    let (config, budgets, body) = priced("steps = [{ provider = \"a\", model = \"m\" }]", 0.025);
     let caller = caller("ae", None);
     let ask = |id: &'static str| Ask {
         caller: &caller,
@@ -199,20 +206,11 @@ async fn a_dropped_reservation_stays_charged_and_a_settled_one_returns_the_rest(
 
 #[tokio::test]
 async fn a_hedged_route_reserves_for_every_racer_and_a_cancelled_one_stays_charged() {
-    let config = Config::parse(
-        "[[providers]]\nname = \"a\"\nkind = \"openai\"\nbase_url = \"http://127.0.0.1:1\"\n\
-         [[routes]]\nname = \"r\"\nhedge = { after = \"100ms\" }\n\
-         steps = [{ provider = \"a\", model = \"m\" }, { provider = \"a\", model = \"m\" }]\n\
-         [[prices]]\nprovider = \"a\"\nmodel = \"m\"\ninput_per_1m = 0.0\noutput_per_1m = 1000.0\n\
-         [[roles]]\nname = \"ae\"\nbudget_per_day = 0.05\n",
-    )
-    .unwrap();
-    let limits = Limits::new(&config, Arc::default()).unwrap();
-    let budgets = Budgets::new(&config, &limits, Arc::default());
-    let body = RequestBody::parse(bytes::Bytes::from_static(
-        br#"{"model":"r","max_tokens":10,"messages":[]}"#,
-    ))
-    .unwrap();
+    let (config, budgets, body) = priced(
+        "hedge = { after = \"100ms\" }\n\
+         steps = [{ provider = \"a\", model = \"m\" }, { provider = \"a\", model = \"m\" }]",
+        0.05,
+    );
     let caller = caller("ae", None);
     let ask = |id: &'static str, first_step: usize| Ask {
         caller: &caller,
