@@ -180,21 +180,6 @@ fn window_of<'a>(
     Some(windows.entry(key).or_default())
 }
 
-impl Health {
-    /// Whether the budget of `provider`'s `model`, whose attempt just failed, lets the request
-    /// make another upstream attempt (a retry) now; if so, it is counted. The chain asks before
-    /// each retry; so should anything else that sends a request upstream again (a hedge).
-    pub fn try_retry(
-        &self,
-        provider: &ProviderId,
-        model: &ModelName,
-        budget: &RetryBudget,
-        now: Instant,
-    ) -> bool {
-        self.retry_budgets().try_retry(provider, model, budget, now)
-    }
-}
-
 /// Whether the budget asks only, or counts the retry it allows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spend {

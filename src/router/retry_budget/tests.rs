@@ -318,7 +318,10 @@ async fn a_refused_retry_is_not_waited_for_and_a_429_stays_a_429() {
     let health = Arc::new(Health::new(config.breaker.clone()));
     let (a, m) = deployment("a");
     let floor = config.retry.budget;
-    while health.try_retry(&a, &m, &floor, Instant::now()) {}
+    while health
+        .retry_budgets()
+        .try_retry(&a, &m, &floor, Instant::now())
+    {}
     let attempter = Failing {
         status: 429,
         retry_after: Some("2"),
