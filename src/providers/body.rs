@@ -50,7 +50,15 @@ impl RequestBody {
     /// Checks that `raw` is one JSON object (all of it, nested values included) and notes
     /// where its top-level fields lie, without building any of their values.
     pub fn parse(raw: Bytes) -> Result<RequestBody, serde_json::Error> {
-        let TopLevel(found) = serde_json::from_slice(&raw)?;
+        // The whole body is checked as UTF-8 once, here: parsed as text, the raw values below
+        // borrow from it without being checked again (parsed as bytes, each one would be).
+        let text = std::str::from_utf8(&raw).map_err(|e| {
+            <serde_json::Error as serde::de::Error>::custom(format!(
+                "invalid UTF-8 at byte {}",
+                e.valid_up_to()
+            ))
+        })?;
+        let TopLevel(found) = serde_json::from_str(text)?;
         if let Some(at) = lone_surrogate(&raw) {
             return Err(<serde_json::Error as serde::de::Error>::custom(format!(
                 "lone surrogate in a \\u escape at byte {at}"
@@ -81,14 +89,20 @@ impl RequestBody {
     /// A top-level field's value as JSON text; the last one when the name repeats, as a
     /// JSON object reads.
     pub fn raw_field(&self, name: &str) -> Option<&str> {
-        let (_, range) = self.fields.iter().rev().find(|(n, _)| **n == *name)?;
         // The range came from a `&str` the parser checked, so it is UTF-8 on char bounds.
-        std::str::from_utf8(&self.raw[range.clone()]).ok()
+        std::str::from_utf8(self.raw_bytes(name)?).ok()
+    }
+
+    /// A top-level field's value as JSON bytes, unchecked: for reading its first bytes,
+    /// where `raw_field` would check a whole conversation as UTF-8 again.
+    fn raw_bytes(&self, name: &str) -> Option<&[u8]> {
+        let (_, range) = self.fields.iter().rev().find(|(n, _)| **n == *name)?;
+        self.raw.get(range.clone())
     }
 
     /// The kind of a top-level field's value.
     pub fn field_kind(&self, name: &str) -> Option<JsonKind> {
-        let first = self.raw_field(name)?.as_bytes().first()?;
+        let first = self.raw_bytes(name)?.first()?;
         Some(match first {
             b'{' => JsonKind::Object,
             b'[' => JsonKind::Array,
@@ -106,9 +120,9 @@ impl RequestBody {
 
     /// Whether a top-level field holds an empty array (`[]`, spaces allowed).
     pub fn is_empty_array(&self, name: &str) -> bool {
-        self.raw_field(name)
-            .and_then(|raw| raw.strip_prefix('['))
-            .is_some_and(|rest| rest.trim_start().starts_with(']'))
+        self.raw_bytes(name)
+            .and_then(|raw| raw.strip_prefix(b"["))
+            .is_some_and(|rest| rest.trim_ascii_start().starts_with(b"]"))
     }
 
     /// The client's bytes with top-level fields set: each `(name, json)` replaces that

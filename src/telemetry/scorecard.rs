@@ -254,7 +254,7 @@ impl WindowTallies {
 /// What the scorecard shows besides the log: breakers and keys as they are now.
 #[derive(Clone, Debug, Default)]
 pub struct LiveState {
-    /// `(provider, model, gauge)`, as [`crate::router::Health::states`] gives them.
+    /// `(provider, model, gauge)`, as the router's `Health::states` gives them.
     pub breakers: Vec<(String, String, i64)>,
     /// `(provider, key id, version)` of each active provider key.
     pub keys: Vec<(String, String, i64)>,

@@ -25,6 +25,10 @@ fn only_one_whole_json_object_parses() {
     // Nested values are checked too, though none of them is built.
     assert!(RequestBody::parse(Bytes::from_static(b"{\"m\":[{\"a\":tru}]}")).is_err());
     assert!(RequestBody::parse(Bytes::from_static(b"{\"m\":\"\xff\"}")).is_err());
+    // Checked once up front, and said so with where.
+    let error = RequestBody::parse(Bytes::from_static(b"{\"m\":\"ok\xff\"}")).err();
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("invalid UTF-8 at byte 8"), "{message}");
 }
 
 #[test]

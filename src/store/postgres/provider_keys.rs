@@ -5,7 +5,7 @@
 use tokio_postgres::Row;
 
 use super::{KEYS_LOCK, PgStore, bump_generation};
-use crate::keys::vault::Sealed;
+use crate::store::Sealed;
 use crate::store::{KeyState, NewProviderKey, ProviderKeyRow, StoreError, now_ms};
 
 async fn lock_keys(tx: &deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::testdb::TestDb;
 use super::{PgStore, migrate};
-use crate::keys::vault::Sealed;
 use crate::store::NewProviderKey;
+use crate::store::Sealed;
 
 fn key(secret: &[u8]) -> NewProviderKey {
     NewProviderKey {
