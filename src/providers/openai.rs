@@ -280,7 +280,7 @@ struct ChoiceProbe {
 }
 
 /// Reads one streamed event's data; `None` when it is not a valid chunk.
-pub fn probe_chunk(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
+pub fn probe_chunk(data: &[u8]) -> Option<(ChunkKind, Option<Usage>)> {
     // Content chunks, nearly all of a stream, are told apart in one pass; the rest (usage,
     // errors, `[DONE]`, anything odd) are parsed in full.
     match scan::scan_chunk(data) {
@@ -291,11 +291,11 @@ pub fn probe_chunk(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
 }
 
 /// [`probe_chunk`] by a full parse.
-fn probe_chunk_in_full(data: &str) -> Option<(ChunkKind, Option<Usage>)> {
-    if data.trim() == "[DONE]" {
+fn probe_chunk_in_full(data: &[u8]) -> Option<(ChunkKind, Option<Usage>)> {
+    if std::str::from_utf8(data).map(str::trim) == Ok("[DONE]") {
         return Some((ChunkKind::Done, None));
     }
-    let chunk: ChunkProbe = serde_json::from_str(data).ok()?;
+    let chunk: ChunkProbe = serde_json::from_slice(data).ok()?;
     if chunk.error.is_some() {
         return Some((ChunkKind::Error, None));
     }
@@ -411,26 +411,26 @@ mod tests {
             prompt_tokens: 3,
             completion_tokens: 5,
         };
-        assert_eq!(probe_chunk("[DONE]"), Some((ChunkKind::Done, None)));
+        assert_eq!(probe_chunk(b"[DONE]"), Some((ChunkKind::Done, None)));
         assert_eq!(
-            probe_chunk(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#),
+            probe_chunk(br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#),
             Some((ChunkKind::UsageOnly(usage), Some(usage)))
         );
         assert_eq!(
-            probe_chunk(r#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#),
+            probe_chunk(br#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#),
             Some((ChunkKind::Content, None))
         );
         assert_eq!(
-            probe_chunk(r#"{"error":{"message":"x"}}"#),
+            probe_chunk(br#"{"error":{"message":"x"}}"#),
             Some((ChunkKind::Error, None))
         );
-        assert_eq!(probe_chunk("{not json"), None);
+        assert_eq!(probe_chunk(b"{not json"), None);
         assert_eq!(
-            probe_chunk(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
+            probe_chunk(br#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
             Some((ChunkKind::Finish, None))
         );
         assert_eq!(
-            probe_chunk(r#"{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#),
+            probe_chunk(br#"{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#),
             Some((ChunkKind::Content, None))
         );
     }

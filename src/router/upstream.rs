@@ -319,7 +319,7 @@ async fn first_event(
             }
             Err(_) => return Err(Failure::without_reply(FailureClass::Malformed)),
         };
-        if event.data().is_empty() {
+        if event.data_bytes().is_empty() {
             continue;
         }
         let translated = translator.event(&event);

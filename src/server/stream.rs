@@ -182,7 +182,7 @@ impl StreamForwarder {
                 self.take(translated);
             }
             // A keep-alive comment: pass it on, it keeps the client's connection warm too.
-            Ok(Some(event)) if event.data().is_empty() => self.queue(event.raw),
+            Ok(Some(event)) if event.data_bytes().is_empty() => self.queue(event.raw),
             Ok(Some(event)) => {
                 let translated = self.stream.translator.event(&event);
                 self.take(translated);

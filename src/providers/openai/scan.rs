@@ -22,11 +22,8 @@ pub(super) enum Scanned {
 const MAX_DEPTH: usize = 64;
 
 /// The chunk's kind, or `None` when the full parse must decide.
-pub(super) fn scan_chunk(data: &str) -> Option<Scanned> {
-    let mut cursor = Cursor {
-        bytes: data.as_bytes(),
-        at: 0,
-    };
+pub(super) fn scan_chunk(data: &[u8]) -> Option<Scanned> {
+    let mut cursor = Cursor { bytes: data, at: 0 };
     let scanned = cursor.chunk()?;
     cursor.skip_space();
     (cursor.at == cursor.bytes.len()).then_some(scanned)
@@ -174,8 +171,20 @@ impl Cursor<'_> {
         let start = self.at;
         let mut escaped = false;
         loop {
-            let byte = *self.bytes.get(self.at)?;
-            self.at += 1;
+            // Jump to the next quote or backslash: byte by byte, strings were most of the
+            // scan's cost. What is jumped over may hold no control character.
+            let rest = self.bytes.get(self.at..)?;
+            let stop = memchr::memchr2(b'"', b'\\', rest)?;
+            let plain = rest.get(..stop)?;
+            // A fold, not `any`: it runs over the whole run without branching per byte.
+            if plain
+                .iter()
+                .fold(false, |control, &byte| control | (byte < 0x20))
+            {
+                return None;
+            }
+            let byte = *rest.get(stop)?;
+            self.at += stop + 1;
             match byte {
                 b'"' => return Some((start, escaped)),
                 b'\\' => {
@@ -192,8 +201,6 @@ impl Cursor<'_> {
                         _ => return None,
                     }
                 }
-                // JSON strings hold no raw control characters.
-                0..=0x1f => return None,
                 _ => {}
             }
         }
@@ -268,9 +275,9 @@ mod tests {
 
     /// Whenever the scan answers, the full parse says the same.
     fn agrees(data: &str) -> Option<Scanned> {
-        let scanned = scan_chunk(data);
+        let scanned = scan_chunk(data.as_bytes());
         if let Some(kind) = &scanned {
-            let full = probe_chunk_in_full(data);
+            let full = probe_chunk_in_full(data.as_bytes());
             let expected = match kind {
                 Scanned::Content => Some((ChunkKind::Content, None)),
                 Scanned::Finish => Some((ChunkKind::Finish, None)),

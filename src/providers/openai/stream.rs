@@ -34,12 +34,12 @@ impl StreamTranslator for Passthrough {
             usage,
             state,
         };
-        match probe_chunk(event.data()) {
+        match probe_chunk(event.data_bytes()) {
             None => forward(StreamState::Malformed, None),
             Some((ChunkKind::Done, _)) => forward(StreamState::Done, None),
             Some((ChunkKind::Error, _)) => {
                 // Already in the client's format: forward it as the stream's last event.
-                let (kind, message) = crate::providers::read_error(event.data().as_bytes());
+                let (kind, message) = crate::providers::read_error(event.data_bytes());
                 forward(
                     StreamState::UpstreamError {
                         overloaded: kind.as_deref() == Some("overloaded_error"),
