@@ -200,7 +200,7 @@ pub fn request(data: &[u8]) {
                 Err(e) => panic!("{kind:?} built a bad request: {e}"),
             };
             let bytes = built.body().and_then(|b| b.as_bytes()).unwrap_or_default();
-            if let Err(e) = serde_json::from_slice::<Value>(bytes) {
+            if let Err(e) = json_syntax(bytes) {
                 panic!("{kind:?} request body is not JSON ({e}): {bytes:?}");
             }
         }
