@@ -21,6 +21,20 @@ pub(super) enum Scanned {
 /// Deeper nesting than this is left to the full parse (which has its own limit).
 const MAX_DEPTH: usize = 64;
 
+/// The bytes that end a run of plain string content: the quote, the backslash, and the
+/// control characters a JSON string may not hold.
+static STOPS: [bool; 256] = {
+    let mut stops = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        stops[byte] = true;
+        byte += 1;
+    }
+    stops[b'"' as usize] = true;
+    stops[b'\\' as usize] = true;
+    stops
+};
+
 /// The chunk's kind, or `None` when the full parse must decide.
 pub(super) fn scan_chunk(data: &[u8]) -> Option<Scanned> {
     let mut cursor = Cursor { bytes: data, at: 0 };
@@ -171,18 +185,10 @@ impl Cursor<'_> {
         let start = self.at;
         let mut escaped = false;
         loop {
-            // Jump to the next quote or backslash: byte by byte, strings were most of the
-            // scan's cost. What is jumped over may hold no control character.
+            // One table lookup per byte to the next byte that matters: a chunk's strings
+            // are short, where a vectorised search costs more to start than it saves.
             let rest = self.bytes.get(self.at..)?;
-            let stop = memchr::memchr2(b'"', b'\\', rest)?;
-            let plain = rest.get(..stop)?;
-            // A fold, not `any`: it runs over the whole run without branching per byte.
-            if plain
-                .iter()
-                .fold(false, |control, &byte| control | (byte < 0x20))
-            {
-                return None;
-            }
+            let stop = rest.iter().position(|&byte| STOPS[usize::from(byte)])?;
             let byte = *rest.get(stop)?;
             self.at += stop + 1;
             match byte {
@@ -201,7 +207,8 @@ impl Cursor<'_> {
                         _ => return None,
                     }
                 }
-                _ => {}
+                // JSON strings hold no raw control characters.
+                _ => return None,
             }
         }
     }
