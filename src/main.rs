@@ -555,6 +555,7 @@ fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
         LogFormat::Json => builder.json().with_current_span(false).init(),
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .event_format(switchyard::telemetry::access_line::AccessLine::new())
             .init(),
     }
     flush

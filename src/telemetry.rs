@@ -9,6 +9,7 @@
 //! batches, one transaction each; while the store refuses writes, batches go to a spill
 //! journal on disk and are replayed once it takes them again. Shutdown flushes it all.
 
+pub mod access_line;
 mod failure;
 mod guard;
 mod journal;
@@ -409,6 +410,7 @@ impl RecentLog {
     }
 
     fn append(&self, record: RequestRecord) {
+        // The target is `access_line::TARGET`, which the text format writes directly.
         tracing::info!(
             target: "switchyard::requests",
             id = %record.id,
