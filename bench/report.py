@@ -9,6 +9,7 @@ Standard library only. Inputs:
                    where "wrk" is the object bench/wrk.lua prints (latencies in µs).
   --ttfb FILE      the JSON bench/ttfb.py prints.
   --streams FILE   the JSON bench/streams.py prints.
+  --startup FILE   the JSON bench/startup.py prints (optional).
   --rss-kb / --hwm-kb   the gateway's VmRSS / VmHWM after the load phases, in kB.
   --clk-tck        clock ticks per second (`getconf CLK_TCK`).
   --events         content events per streamed answer in the stream scenario.
@@ -29,6 +30,7 @@ RATIO_C64 = 0.40  # gateway req/s ÷ direct req/s at c=64, 4 KB body
 TTFB_ADDED_US = 50.0  # stream: added time to first byte at c=1
 CPU_PER_EVENT_US = 1.0  # stream: gateway CPU per forwarded event
 STREAMS_RSS_MB = 40.0  # gateway RSS with 1,000 streams open
+STARTUP_MS = 50.0  # start to first answer
 
 # Above this many CPUs of other work during a phase, the report warns that it is skewed.
 OTHER_CPUS_WARN = 0.2
@@ -79,6 +81,7 @@ def main():
     p.add_argument("--results", required=True)
     p.add_argument("--ttfb", required=True)
     p.add_argument("--streams", required=True)
+    p.add_argument("--startup")
     p.add_argument("--rss-kb", type=int, required=True)
     p.add_argument("--hwm-kb", type=int, required=True)
     p.add_argument("--clk-tck", type=int, required=True)
@@ -94,6 +97,10 @@ def main():
         ttfb = json.load(f)
     with open(args.streams) as f:
         streams = json.load(f)
+    startup = None
+    if args.startup:
+        with open(args.startup) as f:
+            startup = json.load(f)
     scenarios = list(dict.fromkeys(s for (s, _, _) in phases))
     threads = sorted({ph["threads"] for ph in phases.values()})
 
@@ -155,6 +162,11 @@ def main():
         f"TTFB direct {dfb:,.0f} µs, gateway {gfb:,.0f} µs, added {ttfb_added:,.0f} µs "
         f"(first SSE event: added {gfe - dfe:,.0f} µs)"
     )
+    if startup:
+        w(
+            f"Start to first answer: {startup['median_ms']:.1f} ms (median of "
+            f"{len(startup['runs_ms']) - 1} starts; {startup['empty_store_ms']:.1f} ms on an empty store)"
+        )
     w("")
 
     checks = []
@@ -181,6 +193,8 @@ def main():
         check("CPU per forwarded event", f"<= {CPU_PER_EVENT_US:g} µs", f"{per_event:.2f} µs (whole request ÷ events)", per_event <= CPU_PER_EVENT_US)
     check("stream TTFB added at c=1", f"<= {TTFB_ADDED_US / 1e3:g} ms", f"{ttfb_added / 1e3:.3f} ms", ttfb_added <= TTFB_ADDED_US)
     check(f"RSS, {streams['streams']:,} open streams", f"<= {STREAMS_RSS_MB:g} MB", f"{streams_mb:.1f} MB", streams_mb <= STREAMS_RSS_MB)
+    if startup:
+        check("start to first answer", f"<= {STARTUP_MS:g} ms", f"{startup['median_ms']:.1f} ms", startup["median_ms"] <= STARTUP_MS)
     w("Targets (reported, not asserted):")
     for name, target, value, ok in checks:
         w(f"  [{'MET   ' if ok else 'MISSED'}] {name:<30} target {target:<18} measured {value}")
@@ -207,6 +221,7 @@ def main():
             "rss_mb": rss_mb,
             "streams": streams,
             "ttfb": ttfb,
+            "startup": startup,
             "targets": [{"name": n, "target": t, "measured": v, "met": ok} for n, t, v, ok in checks],
         }
         with open(args.json, "w") as f:

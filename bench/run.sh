@@ -9,6 +9,7 @@
 #   stream 500                  a streamed answer of 500 content events, nginx as the upstream
 #   failover                    step 0 answers 500, step 1 serves (the built-in fakes)
 #   1,000 open streams          the gateway's RSS while that many streams are open
+#   start to first answer       launch to the first request's 200, on an empty store and not
 # Targets are reported, never asserted: the script exits 0 when a target is missed, non-zero
 # only when the benchmark itself fails.
 set -euo pipefail
@@ -284,6 +285,18 @@ log "streaming TTFB: $BENCH_TTFB_N sequential requests each way"
 timeout 600 python3 bench/ttfb.py --direct "$NGINX_ADDR" --direct-path /sse/v1/chat/completions \
     --gateway "$GW_ADDR" --gateway-model bench-stream -n "$BENCH_TTFB_N" >"$WORK/ttfb.json"
 
+# --- start to first answer ----------------------------------------------------------------
+# A second gateway on its own port and store, started BENCH_STARTS times: the first on an
+# empty store (migrations included), the rest on the store the first left.
+BENCH_STARTS=${BENCH_STARTS:-6}
+START_PORT=$(free_port)
+sed -e "s|^listen = .*|listen = \"127.0.0.1:$START_PORT\"|" \
+    -e "s|^url = \"sqlite://.*|url = \"sqlite://$WORK/startup.db\"|" \
+    "$WORK/gateway.toml" >"$WORK/startup.toml"
+log "start to first answer: $BENCH_STARTS starts"
+env "${gateway_env[@]}" timeout 300 python3 bench/startup.py "$BIN" "$WORK/startup.toml" \
+    "$START_PORT" "$WORK/body-4k-gateway.json" "$BENCH_STARTS" "$WORK/startup.db" >"$WORK/startup.json"
+
 # --- memory after the load ------------------------------------------------------------------
 kill -0 "$GW_PID" 2>/dev/null || die "the gateway died during the run"
 RSS_KB=$(proc_status_kb "$GW_PID" VmRSS)
@@ -292,6 +305,7 @@ GW_LOG_LINES=$(wc -l <"$WORK/gateway.err")
 
 echo
 python3 bench/report.py --results "$RESULTS" --ttfb "$WORK/ttfb.json" --streams "$WORK/streams.json" \
+    --startup "$WORK/startup.json" \
     --rss-kb "$RSS_KB" --hwm-kb "$HWM_KB" --clk-tck "$CLK_TCK" --cpus "$CPUS" \
     --events "$BENCH_EVENTS" --seconds "$BENCH_SECONDS" --warmup "$BENCH_WARMUP" \
     ${BENCH_JSON:+--json "$BENCH_JSON"}
