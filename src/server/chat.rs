@@ -484,24 +484,24 @@ fn stamp<T>(
     let attempts = run.upstream_attempts();
     let headers = response.headers_mut();
     set_request_id(headers, &record.id);
-    set(headers, "x-switchyard-route", route.name.as_str());
-    set(headers, "x-switchyard-attempts", &attempts.to_string());
-    set(headers, "x-switchyard-outcome", outcome.as_str());
+    set(headers, ROUTE, route.name.as_str());
+    headers.insert(ATTEMPTS, HeaderValue::from(attempts));
+    headers.insert(OUTCOME, HeaderValue::from_static(outcome.as_str()));
     set(
         headers,
-        "x-switchyard-overhead-ms",
+        OVERHEAD_MS,
         &format!("{:.3}", overhead.as_secs_f64() * 1e3),
     );
     if let (Some(step), Some(served)) = (step, &run.answered_by) {
-        set(headers, "x-switchyard-step", &step.to_string());
-        set(headers, "x-switchyard-provider", served.provider.as_str());
-        set(headers, "x-switchyard-model", served.model.as_str());
+        headers.insert(STEP, HeaderValue::from(step));
+        set(headers, PROVIDER, served.provider.as_str());
+        set(headers, MODEL, served.model.as_str());
         record.step = Some(step);
         record.provider = Some(served.provider.clone());
         record.model = Some(served.model.clone());
     }
     if run.attempts.iter().any(|a| a.hedge) {
-        set(headers, "x-switchyard-hedged", "true");
+        headers.insert(HEDGED, HeaderValue::from_static("true"));
     }
     record.outcome = outcome;
     record.status = response.status().as_u16();
@@ -509,11 +509,24 @@ fn stamp<T>(
     record.hedge_refused = run.hedge_refused;
 }
 
-fn set(headers: &mut HeaderMap, name: &'static str, value: &str) {
+fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
     if let Ok(value) = HeaderValue::from_str(value) {
-        headers.insert(HeaderName::from_static(name), value);
+        headers.insert(name, value);
     }
 }
+
+// Header names as constants: `HeaderName::from_static` outside a const checks its name
+// against every standard header and byte by byte, on every answer.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-switchyard-request-id");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const ROUTE: HeaderName = HeaderName::from_static("x-switchyard-route");
+const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
+const OUTCOME: HeaderName = HeaderName::from_static("x-switchyard-outcome");
+const OVERHEAD_MS: HeaderName = HeaderName::from_static("x-switchyard-overhead-ms");
+const STEP: HeaderName = HeaderName::from_static("x-switchyard-step");
+const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
+const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
+const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
 
 fn last_failure<T>(run: &ChainRun<T>) -> Option<String> {
     run.attempts
@@ -600,8 +613,10 @@ fn unauthenticated(
 /// The request's id as the gateway's own header, and as `x-request-id`, which the official
 /// SDKs read into their `request_id`.
 fn set_request_id(headers: &mut HeaderMap, id: &str) {
-    set(headers, "x-switchyard-request-id", id);
-    set(headers, "x-request-id", id);
+    if let Ok(value) = HeaderValue::from_str(id) {
+        headers.insert(X_REQUEST_ID, value.clone());
+        headers.insert(REQUEST_ID, value);
+    }
 }
 
 /// Refuses a request before routing, with one log row like any other request.
