@@ -11,17 +11,19 @@ pub mod azure;
 pub mod body;
 pub mod gemini;
 pub mod openai;
+pub mod outbound;
 pub mod responses;
 pub mod sse;
 pub mod stream;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::config::{Provider, ProviderKind};
 use crate::keys::KeyLease;
 pub use body::{JsonKind, RequestBody};
+pub use outbound::UpstreamRequest;
 pub use stream::{StreamState, StreamTranslator, Translated};
 
 /// The API a client speaks to the gateway.
@@ -81,7 +83,6 @@ impl ClientRequest {
 
 /// Where one attempt goes: the provider, its key and the step's model.
 pub struct Target<'a> {
-    pub client: &'a reqwest::Client,
     pub provider: &'a Provider,
     pub key: Option<&'a KeyLease>,
     pub model: &'a str,
@@ -121,7 +122,7 @@ pub trait Adapter: Sync {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection>;
+    ) -> Result<UpstreamRequest, Rejection>;
 
     /// Turns a whole 2xx answer into the client's format; `None` when it does not parse.
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded>;
