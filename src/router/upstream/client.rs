@@ -139,3 +139,37 @@ impl UpstreamClient {
         Ok(self.inner.request(outgoing).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::router::classify::{FailureClass, classify_transport};
+
+    fn client() -> UpstreamClient {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        UpstreamClient::new(Duration::from_secs(5)).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_failure() {
+        // Bind, learn the port, and close it again: nothing listens there.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let request = UpstreamRequest::post(format!("http://{closed}/v1"), Bytes::new(), false);
+        let error = client().send(request).await.unwrap_err();
+        assert!(error.is_connect() && !error.is_timeout(), "{error:?}");
+        assert_eq!(classify_transport(&error), FailureClass::Connect);
+    }
+
+    #[tokio::test]
+    async fn a_request_with_a_bad_header_is_never_sent() {
+        let request = UpstreamRequest::post("http://127.0.0.1:9/v1".into(), Bytes::new(), false)
+            .secret_header(http::HeaderName::from_static("x-api-key"), "sk-\nsecret");
+        let error = client().send(request).await.unwrap_err();
+        assert!(matches!(error, TransportError::Invalid(_)), "{error:?}");
+        assert!(!error.to_string().contains("secret"), "{error}");
+        assert_eq!(classify_transport(&error), FailureClass::Reset);
+    }
+}
