@@ -3,8 +3,9 @@
 //!
 //! Every kind implements [`Adapter`]. When the client's format and the provider's are the same,
 //! the body passes through with only `model` rewritten, so nothing is lost; where they cross,
-//! the translation goes through OpenAI's chat format as the common shape. `sse` parses event
-//! streams and `stream` turns them into the client's events.
+//! the translation goes through OpenAI's chat format as the common shape. `outbound` is the
+//! HTTP request an adapter builds, `sse` parses event streams and `stream` turns them into
+//! the client's events.
 
 pub mod anthropic;
 pub mod azure;
