@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use futures_util::stream;
-use reqwest::StatusCode;
+use http::StatusCode;
 use serde_json::{Map, Value};
 use switchyard::config::{Config, ConfigError, Provider, ProviderKind};
 use switchyard::providers::sse::{SseEvent, SseReader};
@@ -118,17 +118,14 @@ pub fn config(data: &[u8]) {
     }
 }
 
-/// What the translators need that does not come from the input: a client to build
-/// requests with (no request is sent) and one provider of each kind.
+/// What the translators need that does not come from the input: one provider of each kind.
 struct Fixture {
-    client: reqwest::Client,
     providers: Vec<Provider>,
 }
 
 fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut text = String::from("[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n");
         for (name, base_url) in [
             ("openai", "http://127.0.0.1:9/v1"),
@@ -144,12 +141,7 @@ fn fixture() -> &'static Fixture {
             Ok(config) => config,
             Err(e) => panic!("the fixture's config is bad: {e}"),
         };
-        let client = match reqwest::Client::builder().build() {
-            Ok(client) => client,
-            Err(e) => panic!("no HTTP client: {e}"),
-        };
         Fixture {
-            client,
             providers: config.providers,
         }
     })
@@ -188,18 +180,19 @@ pub fn request(data: &[u8]) {
         return;
     };
     let target = Target {
-        client: &fixture().client,
         provider: provider(kind),
         key: None,
         model: "model-x",
     };
     match providers::adapter(kind).request(&target, &request, stream) {
-        Ok(builder) => {
-            let built = match builder.build() {
-                Ok(built) => built,
-                Err(e) => panic!("{kind:?} built a bad request: {e}"),
-            };
-            let bytes = built.body().and_then(|b| b.as_bytes()).unwrap_or_default();
+        Ok(built) => {
+            if let Err(e) = built.uri.parse::<http::Uri>() {
+                panic!("{kind:?} built a bad URI ({e}): {}", built.uri);
+            }
+            if let Some(name) = built.invalid() {
+                panic!("{kind:?} built a bad {name} header");
+            }
+            let bytes = &built.body[..];
             if let Err(e) = json_syntax(bytes) {
                 panic!("{kind:?} request body is not JSON ({e}): {bytes:?}");
             }

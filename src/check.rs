@@ -166,7 +166,7 @@ pub async fn connect(config: &Config) -> Result<(), ConnectError> {
     if config.limits.backend == LimitBackend::Redis {
         let url = config.limits.redis_url.as_str();
         // The URL may carry a password: only its host and port are shown.
-        let shown = reqwest::Url::parse(url).map_or_else(
+        let shown = url::Url::parse(url).map_or_else(
             |_| "the configured URL".to_owned(),
             |u| {
                 format!(

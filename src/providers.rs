@@ -3,25 +3,28 @@
 //!
 //! Every kind implements [`Adapter`]. When the client's format and the provider's are the same,
 //! the body passes through with only `model` rewritten, so nothing is lost; where they cross,
-//! the translation goes through OpenAI's chat format as the common shape. `sse` parses event
-//! streams and `stream` turns them into the client's events.
+//! the translation goes through OpenAI's chat format as the common shape. `outbound` is the
+//! HTTP request an adapter builds, `sse` parses event streams and `stream` turns them into
+//! the client's events.
 
 pub mod anthropic;
 pub mod azure;
 pub mod body;
 pub mod gemini;
 pub mod openai;
+pub mod outbound;
 pub mod responses;
 pub mod sse;
 pub mod stream;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::config::{Provider, ProviderKind};
 use crate::keys::KeyLease;
 pub use body::{JsonKind, RequestBody};
+pub use outbound::UpstreamRequest;
 pub use stream::{StreamState, StreamTranslator, Translated};
 
 /// The API a client speaks to the gateway.
@@ -81,7 +84,6 @@ impl ClientRequest {
 
 /// Where one attempt goes: the provider, its key and the step's model.
 pub struct Target<'a> {
-    pub client: &'a reqwest::Client,
     pub provider: &'a Provider,
     pub key: Option<&'a KeyLease>,
     pub model: &'a str,
@@ -121,7 +123,7 @@ pub trait Adapter: Sync {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection>;
+    ) -> Result<UpstreamRequest, Rejection>;
 
     /// Turns a whole 2xx answer into the client's format; `None` when it does not parse.
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded>;

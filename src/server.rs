@@ -53,6 +53,7 @@ use crate::keys::provider_keys::{KeyError, ProviderKeys};
 use crate::keys::vault::MASTER_KEY_ENV;
 use crate::limits::Limits;
 use crate::router::Health;
+use crate::router::upstream::{ClientError, UpstreamClient};
 use crate::store::{LimitOverrides, Store, StoreError};
 use crate::telemetry::{Telemetry, TelemetryWriter};
 pub use reload::{Live, ReloadError, Reloaded};
@@ -82,7 +83,7 @@ pub struct Shared {
     live: arc_swap::ArcSwap<Live>,
     /// The file a reload reads, and the lock that makes reloads one at a time.
     pub reloads: reload::Reloads,
-    pub client: reqwest::Client,
+    pub client: UpstreamClient,
     /// Provider keys: the store's, sealed, and the ring requests pick from.
     pub keys: ProviderKeys,
     pub store: Store,
@@ -152,7 +153,7 @@ impl AppState {
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error("cannot build the HTTP client: {0}")]
-    Client(#[from] reqwest::Error),
+    Client(#[from] ClientError),
     #[error("cannot listen: {0}")]
     Listen(#[from] std::io::Error),
     #[error("cannot open the store: {0}")]
@@ -239,14 +240,9 @@ impl AppState {
     ) -> Result<(AppState, TelemetryWriter), StartError> {
         // Installing twice (several gateways in one test process) is harmless; ignore that.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        // A redirect would carry the provider key (and the prompt) to whatever origin it
-        // names; a 3xx is a failed attempt instead (see `router::classify`).
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(1024)
-            .connect_timeout(config.retry.attempt_timeout)
-            .build()?;
+        // It never follows a redirect, which would carry the provider key (and the prompt)
+        // to whatever origin it names; a 3xx is a failed attempt (see `router::classify`).
+        let client = UpstreamClient::new(config.retry.attempt_timeout)?;
         let store = Store::open(&config.store.url).await?;
         let generation = store.generation().await?;
         let keys = ProviderKeys::open(

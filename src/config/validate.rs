@@ -261,7 +261,7 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
     let redis_url = raw
         .redis_url
         .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-    match reqwest::Url::parse(&redis_url) {
+    match url::Url::parse(&redis_url) {
         Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {
             // What `serve` does with it, without connecting: a URL of the right form can
             // still be one the client refuses (`rediss://` in this build, a database that
@@ -364,8 +364,19 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                 continue;
             }
         };
-        match reqwest::Url::parse(&base_url) {
-            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+        match url::Url::parse(&base_url) {
+            // The upstream client sends to an `http::Uri`, stricter than a URL (no spaces,
+            // no non-ASCII host): refused here rather than on every request.
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {
+                if base_url.parse::<http::Uri>().is_err() {
+                    errors.add(
+                        format!("providers[{i}].base_url"),
+                        format!("`{base_url}` is not a URI the HTTP client can send to"),
+                    );
+                    errors.invalid_providers.insert(p.name);
+                    continue;
+                }
+            }
             Ok(_) => {
                 errors.add(format!("providers[{i}].base_url"), "must be http or https");
                 errors.invalid_providers.insert(p.name);
@@ -413,7 +424,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
 /// Whether an OpenAI-family base URL is OpenAI's own, the one server known to speak the
 /// Responses API; other compatible servers say so with `responses = true`.
 fn speaks_responses(base_url: &str) -> bool {
-    reqwest::Url::parse(base_url).is_ok_and(|url| url.host_str() == Some("api.openai.com"))
+    url::Url::parse(base_url).is_ok_and(|url| url.host_str() == Some("api.openai.com"))
 }
 
 /// Each kind's public endpoint, so `base_url` may be left out; Azure's names a resource.
@@ -701,5 +712,15 @@ base_url = "http://127.0.0.1:1/v1"
         assert_eq!(config.providers[0].base_url, "http://127.0.0.1:1/v1");
         assert_eq!(config.breaker.consecutive_failures, 5);
         assert_eq!(config.breaker.cooldown, std::time::Duration::from_secs(60));
+    }
+
+    #[test]
+    fn a_base_url_the_http_client_cannot_send_to_is_refused_at_load() {
+        for url in ["http://ex\u{e4}mple.com/v1", "http://127.0.0.1:1/a b"] {
+            let text =
+                format!("[[providers]]\nname = \"p\"\nkind = \"openai\"\nbase_url = \"{url}\"\n");
+            let error = Config::parse(&text).unwrap_err().to_string();
+            assert!(error.contains("providers[0].base_url"), "{url}: {error}");
+        }
     }
 }

@@ -463,8 +463,8 @@ pub fn error_body(shape: Shape, status: u16) -> String {
             json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
         }
         Shape::Anthropic => {
-            let status = reqwest::StatusCode::from_u16(status)
-                .unwrap_or(reqwest::StatusCode::INTERNAL_SERVER_ERROR);
+            let status = http::StatusCode::from_u16(status)
+                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
             let kind = crate::providers::anthropic::error_type(status);
             json!({"type": "error", "error": {"type": kind, "message": message}})
         }

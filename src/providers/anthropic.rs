@@ -16,18 +16,23 @@ pub mod inbound_response;
 pub mod inbound_stream;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
+use http::header::HeaderName;
 use serde_json::{Map, Value};
 
 use super::openai::stream::OpenAiSink;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
-    Usage, translate_error,
+    UpstreamRequest, Usage, translate_error,
 };
 
 /// Anthropic's Messages API.
 pub struct AnthropicAdapter;
+
+const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
+const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 impl Adapter for AnthropicAdapter {
     fn request(
@@ -35,7 +40,7 @@ impl Adapter for AnthropicAdapter {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection> {
+    ) -> Result<UpstreamRequest, Rejection> {
         let max_tokens = target.provider.default_max_tokens;
         let (path, body) = match (request.operation, request.format) {
             (Operation::Embeddings, _) => {
@@ -75,16 +80,16 @@ impl Adapter for AnthropicAdapter {
             ),
         };
         let url = format!("{}/{path}", target.provider.base_url);
-        let mut builder = super::openai::post(target, url, body, stream)
-            .header("anthropic-version", &target.provider.anthropic_version);
+        let mut built = UpstreamRequest::post(url, body, stream)
+            .header(ANTHROPIC_VERSION, &target.provider.anthropic_version);
         // Betas change what Anthropic accepts and answers; the client asked for them.
         if let Some(beta) = &request.anthropic_beta {
-            builder = builder.header("anthropic-beta", beta);
+            built = built.header(ANTHROPIC_BETA, beta);
         }
         if let Some(key) = target.key {
-            builder = builder.header("x-api-key", key.secret.expose());
+            built = built.secret_header(X_API_KEY, key.secret.expose());
         }
-        Ok(builder)
+        Ok(built)
     }
 
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
@@ -257,18 +262,15 @@ mod tests {
 
     #[test]
     fn requests_go_to_v1_messages_with_x_api_key_and_version() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let config = crate::config::Config::parse(
             "[[providers]]\nname = \"c\"\nkind = \"anthropic\"\nanthropic_version = \"2023-06-01\"\n",
         )
         .unwrap();
-        let client = reqwest::Client::new();
         let key = crate::keys::KeyLease {
             id: "k".into(),
             secret: crate::keys::Secret::new("sk-ant-secret"),
         };
         let target = Target {
-            client: &client,
             provider: &config.providers[0],
             key: Some(&key),
             model: "claude-sonnet-4-5",
@@ -279,19 +281,12 @@ mod tests {
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
             anthropic_beta: None,
         };
-        let built = AnthropicAdapter
-            .request(&target, &request, true)
-            .unwrap()
-            .build()
-            .unwrap();
-        assert_eq!(
-            built.url().as_str(),
-            "https://api.anthropic.com/v1/messages"
-        );
-        assert_eq!(built.headers()["x-api-key"], "sk-ant-secret");
-        assert_eq!(built.headers()["anthropic-version"], "2023-06-01");
-        assert_eq!(built.headers()["accept"], "text/event-stream");
-        assert!(built.headers().get("authorization").is_none());
+        let built = AnthropicAdapter.request(&target, &request, true).unwrap();
+        assert_eq!(built.uri, "https://api.anthropic.com/v1/messages");
+        assert_eq!(built.headers["x-api-key"], "sk-ant-secret");
+        assert_eq!(built.headers["anthropic-version"], "2023-06-01");
+        assert_eq!(built.headers["accept"], "text/event-stream");
+        assert!(built.headers.get("authorization").is_none());
     }
 
     #[test]

@@ -7,10 +7,16 @@
 //! translation is the OpenAI family's.
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
 
 use super::stream::StreamTranslator;
-use super::{Adapter, ClientRequest, Decoded, Operation, Rejection, Target, openai};
+use http::header::HeaderName;
+
+use super::{
+    Adapter, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest, openai,
+};
+
+const API_KEY: HeaderName = HeaderName::from_static("api-key");
 
 /// Azure OpenAI.
 pub struct AzureAdapter;
@@ -21,14 +27,14 @@ impl Adapter for AzureAdapter {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection> {
+    ) -> Result<UpstreamRequest, Rejection> {
         let body = openai::encode(request, target.model, stream)?;
         let url = url(target, request.operation)?;
-        let mut builder = openai::post(target, url, body, stream);
+        let mut built = UpstreamRequest::post(url, body, stream);
         if let Some(key) = target.key {
-            builder = builder.header("api-key", key.secret.expose());
+            built = built.secret_header(API_KEY, key.secret.expose());
         }
-        Ok(builder)
+        Ok(built)
     }
 
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
@@ -81,14 +87,11 @@ mod tests {
             "[[providers]]\nname = \"az\"\nkind = \"azure\"\nbase_url = \"https://res.openai.azure.com\"\napi_version = \"2024-10-21\"\n",
         )
         .unwrap();
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::new();
         let key = KeyLease {
             id: "k".into(),
             secret: Secret::new("azure-secret"),
         };
         let target = Target {
-            client: &client,
             provider: &config.providers[0],
             key: Some(&key),
             model: "gpt-4o-deploy",
@@ -99,17 +102,13 @@ mod tests {
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
             anthropic_beta: None,
         };
-        let built = AzureAdapter
-            .request(&target, &request, false)
-            .unwrap()
-            .build()
-            .unwrap();
+        let built = AzureAdapter.request(&target, &request, false).unwrap();
         assert_eq!(
-            built.url().as_str(),
+            built.uri,
             "https://res.openai.azure.com/openai/deployments/gpt-4o-deploy/chat/completions?api-version=2024-10-21"
         );
-        assert_eq!(built.headers()["api-key"], "azure-secret");
-        assert!(built.headers().get("authorization").is_none());
+        assert_eq!(built.headers["api-key"], "azure-secret");
+        assert!(built.headers.get("authorization").is_none());
 
         let legacy = ClientRequest::new(
             ClientFormat::OpenAi,
@@ -119,13 +118,9 @@ mod tests {
             )
             .unwrap(),
         );
-        let built = AzureAdapter
-            .request(&target, &legacy, false)
-            .unwrap()
-            .build()
-            .unwrap();
+        let built = AzureAdapter.request(&target, &legacy, false).unwrap();
         assert_eq!(
-            built.url().as_str(),
+            built.uri,
             "https://res.openai.azure.com/openai/deployments/gpt-4o-deploy/completions?api-version=2024-10-21"
         );
         let count = ClientRequest::new(ClientFormat::Anthropic, Operation::CountTokens, Map::new());

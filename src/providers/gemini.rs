@@ -14,17 +14,21 @@ pub mod embed;
 pub mod encode;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
+use http::header::HeaderName;
 
 use super::anthropic::{inbound_request, inbound_response, inbound_stream};
 use super::openai::stream::OpenAiSink;
 use super::stream::{StreamTranslator, Translating};
 use super::{
-    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, translate_error,
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,
+    translate_error,
 };
 
 /// Google Gemini.
 pub struct GeminiAdapter;
+
+const X_GOOG_API_KEY: HeaderName = HeaderName::from_static("x-goog-api-key");
 
 impl Adapter for GeminiAdapter {
     fn request(
@@ -32,7 +36,7 @@ impl Adapter for GeminiAdapter {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection> {
+    ) -> Result<UpstreamRequest, Rejection> {
         let model = target.model.strip_prefix("models/").unwrap_or(target.model);
         let (method, body) = match request.operation {
             Operation::CountTokens | Operation::Completions => {
@@ -62,11 +66,11 @@ impl Adapter for GeminiAdapter {
             target.provider.base_url,
             super::path_segment(model)
         );
-        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream);
+        let mut built = UpstreamRequest::post(url, super::to_bytes(&body), stream);
         if let Some(key) = target.key {
-            builder = builder.header("x-goog-api-key", key.secret.expose());
+            built = built.secret_header(X_GOOG_API_KEY, key.secret.expose());
         }
-        Ok(builder)
+        Ok(built)
     }
 
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
@@ -118,16 +122,13 @@ mod tests {
     use crate::config::Config;
     use crate::keys::{KeyLease, Secret};
 
-    fn built(stream: bool, operation: Operation, body: &str) -> reqwest::Request {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+    fn built(stream: bool, operation: Operation, body: &str) -> UpstreamRequest {
         let config = Config::parse("[[providers]]\nname = \"g\"\nkind = \"gemini\"\n").unwrap();
-        let client = reqwest::Client::new();
         let key = KeyLease {
             id: "k".into(),
             secret: Secret::new("goog-secret"),
         };
         let target = Target {
-            client: &client,
             provider: &config.providers[0],
             key: Some(&key),
             model: "models/gemini-2.5-flash",
@@ -138,11 +139,7 @@ mod tests {
             body: serde_json::from_str(body).unwrap(),
             anthropic_beta: None,
         };
-        GeminiAdapter
-            .request(&target, &request, stream)
-            .unwrap()
-            .build()
-            .unwrap()
+        GeminiAdapter.request(&target, &request, stream).unwrap()
     }
 
     #[test]
@@ -150,14 +147,14 @@ mod tests {
         let chat = r#"{"model":"smart","messages":[{"role":"user","content":"hi"}]}"#;
         let whole = built(false, Operation::Chat, chat);
         assert_eq!(
-            whole.url().as_str(),
+            whole.uri,
             "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:generateContent"
         );
-        assert_eq!(whole.headers()["x-goog-api-key"], "goog-secret");
-        assert!(whole.headers().get("authorization").is_none());
+        assert_eq!(whole.headers["x-goog-api-key"], "goog-secret");
+        assert!(whole.headers.get("authorization").is_none());
         let streamed = built(true, Operation::Chat, chat);
         assert_eq!(
-            streamed.url().as_str(),
+            streamed.uri,
             "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
         );
         let embed = built(
@@ -165,6 +162,6 @@ mod tests {
             Operation::Embeddings,
             r#"{"model":"e","input":["a","b"]}"#,
         );
-        assert!(embed.url().as_str().ends_with(":batchEmbedContents"));
+        assert!(embed.uri.ends_with(":batchEmbedContents"));
     }
 }

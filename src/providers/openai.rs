@@ -8,7 +8,7 @@ mod scan;
 pub mod stream;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
@@ -18,7 +18,7 @@ use super::responses;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
-    Usage, translate_error,
+    UpstreamRequest, Usage, translate_error,
 };
 
 /// The OpenAI-compatible family.
@@ -30,7 +30,7 @@ impl Adapter for OpenAiAdapter {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection> {
+    ) -> Result<UpstreamRequest, Rejection> {
         let body = encode(request, target.model, stream)?;
         let path = match request.operation {
             Operation::Chat => "chat/completions",
@@ -40,11 +40,11 @@ impl Adapter for OpenAiAdapter {
             Operation::CountTokens => return Err(super::only_for(request.operation)),
         };
         let url = format!("{}/{path}", target.provider.base_url);
-        let mut builder = post(target, url, body, stream);
+        let mut built = UpstreamRequest::post(url, body, stream);
         if let Some(key) = target.key {
-            builder = builder.bearer_auth(key.secret.expose());
+            built = built.bearer(key.secret.expose());
         }
-        Ok(builder)
+        Ok(built)
     }
 
     fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
@@ -63,24 +63,6 @@ impl Adapter for OpenAiAdapter {
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
         translator(request)
     }
-}
-
-/// A JSON POST, asking for an event stream when streaming.
-pub(crate) fn post(
-    target: &Target<'_>,
-    url: String,
-    body: Bytes,
-    stream: bool,
-) -> reqwest::RequestBuilder {
-    let mut builder = target
-        .client
-        .post(url)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body);
-    if stream {
-        builder = builder.header(reqwest::header::ACCEPT, "text/event-stream");
-    }
-    builder
 }
 
 /// The body an OpenAI-format upstream gets: the client's own bytes when it speaks OpenAI

@@ -12,14 +12,17 @@ pub mod request;
 pub mod sink;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
 use serde_json::{Map, Value};
 
 use super::anthropic::events::AnthropicSource;
 use super::gemini::decode::GeminiSource;
 use super::openai::stream::OpenAiSource;
 use super::stream::{ChunkSource, StreamState, StreamTranslator, Translating};
-use super::{Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, adapter};
+use super::{
+    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,
+    adapter,
+};
 use crate::config::{Provider, ProviderKind};
 use crate::providers::sse::SseEvent;
 use request::Effort;
@@ -46,18 +49,18 @@ impl Adapter for PassthroughAdapter {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection> {
+    ) -> Result<UpstreamRequest, Rejection> {
         let mut body = request.body.tree().clone();
         body.insert("model".into(), Value::String(target.model.to_owned()));
         // The gateway rebuilt the whole input from its own store: the provider needs no
         // state of its own, and may never have seen the earlier turn.
         body.remove("previous_response_id");
         let url = format!("{}/responses", target.provider.base_url);
-        let mut builder = super::openai::post(target, url, super::to_bytes(&body), stream);
+        let mut built = UpstreamRequest::post(url, super::to_bytes(&body), stream);
         if let Some(key) = target.key {
-            builder = builder.bearer_auth(key.secret.expose());
+            built = built.bearer(key.secret.expose());
         }
-        Ok(builder)
+        Ok(built)
     }
 
     fn decode(&self, _request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
@@ -125,7 +128,7 @@ impl Adapter for OverChat {
         target: &Target<'_>,
         request: &ClientRequest,
         stream: bool,
-    ) -> Result<reqwest::RequestBuilder, Rejection> {
+    ) -> Result<UpstreamRequest, Rejection> {
         let chat = self.chat(request)?;
         adapter(self.0)
             .request(target, &chat, stream)

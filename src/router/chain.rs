@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
-use reqwest::header::HeaderValue;
+use http::StatusCode;
+use http::header::HeaderValue;
 use tokio::time::Instant;
 
 use super::breaker::{CallerTag, Verdict};

@@ -4,10 +4,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use reqwest::StatusCode;
-use reqwest::header::HeaderMap;
+use http::StatusCode;
+use http::header::HeaderMap;
 
 use super::retry::parse_retry_after;
+use super::upstream::TransportError;
 
 // The request log's records name failure classes, and `telemetry` sits below `router`, so
 // it owns the type; the chain decides which class an answer is.
@@ -34,7 +35,7 @@ pub fn classify_status(
     fallback_on_context_length: bool,
 ) -> (FailureClass, Action) {
     let retry_after = headers
-        .get(reqwest::header::RETRY_AFTER)
+        .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
     match status.as_u16() {
@@ -66,8 +67,10 @@ pub fn classify_status(
     }
 }
 
-/// Classifies a transport error from the HTTP client.
-pub fn classify_transport(error: &reqwest::Error) -> FailureClass {
+/// Classifies a transport error from the HTTP client: a connect that timed out is a
+/// timeout, as any other; a body cut part way, or a request that could not be sent as
+/// built, is a reset.
+pub fn classify_transport(error: &TransportError) -> FailureClass {
     if error.is_timeout() {
         FailureClass::Timeout
     } else if error.is_connect() {
@@ -94,7 +97,7 @@ fn is_context_length(body: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reqwest::header::{HeaderValue, RETRY_AFTER};
+    use http::header::{HeaderValue, RETRY_AFTER};
 
     fn classify(status: u16, retry_after: Option<&str>, body: &str) -> (FailureClass, Action) {
         let mut headers = HeaderMap::new();

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use reqwest::header::HeaderValue;
+use http::header::HeaderValue;
 
 use crate::keys::KeyLease;
 use crate::providers::sse::{SseError, SseEvent, SseReader};

@@ -2,13 +2,17 @@
 //! their commit point (a 2xx and its first event). Each step's provider adapter encodes the
 //! client's request and turns the answer back into the client's format.
 
+mod client;
+
 use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
-use reqwest::StatusCode;
-use reqwest::header::HeaderValue;
+use http::StatusCode;
+use http::header::HeaderValue;
+use http_body_util::BodyExt;
+use hyper::body::{Body as _, Incoming};
 use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
@@ -22,7 +26,9 @@ use crate::providers::{
 };
 
 /// An upstream body as a stream of byte chunks.
-pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
+
+pub use client::{ClientError, TransportError, UpstreamClient, UpstreamResponse};
 
 /// A whole answer that served, in the client's format.
 pub struct JsonReply {
@@ -43,7 +49,7 @@ pub struct CommittedStream {
 
 /// Makes non-streamed attempts.
 pub struct JsonAttempter<'a> {
-    pub client: &'a reqwest::Client,
+    pub client: &'a UpstreamClient,
     pub request: ClientRequest,
     pub fallback_on_context_length: bool,
     /// Reading a whole body may not run past the request's deadline.
@@ -64,7 +70,6 @@ impl Attempter for JsonAttempter<'_> {
     ) -> Attempt<JsonReply> {
         let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
-            client: self.client,
             provider,
             key,
             model: step.model.as_str(),
@@ -79,15 +84,15 @@ impl Attempter for JsonAttempter<'_> {
             Err(rejection) => return rejected(&self.request, rejection),
         };
         let scrubber = Scrubber::for_key(key);
-        let response = match timeout(attempt_timeout, request.send()).await {
+        let response = match timeout(attempt_timeout, self.client.send(request)).await {
             Err(_) => return failed(FailureClass::Timeout),
             Ok(Err(e)) => return failed(classify_transport(&e)),
             Ok(Ok(response)) => response,
         };
-        let status = response.status();
-        let headers = response.headers().clone();
+        let (head, incoming) = response.into_parts();
+        let (status, headers) = (head.status, head.headers);
         let body_time = self.deadline.saturating_duration_since(Instant::now());
-        let body = match timeout(body_time, read_capped(response, self.max_body_bytes)).await {
+        let body = match timeout(body_time, read_capped(incoming, self.max_body_bytes)).await {
             Err(_) => return failed(FailureClass::Timeout),
             Ok(Err(class)) => return failed(class),
             Ok(Ok(body)) => scrubber.bytes(body),
@@ -126,13 +131,19 @@ impl Attempter for JsonAttempter<'_> {
 /// Reads a whole upstream body, failing as `Oversized` past `limit` bytes. A declared length
 /// over it is refused on the headers; an undeclared one is read chunk by chunk and dropped
 /// at the cap, so an answer too large is never held whole.
-async fn read_capped(mut response: reqwest::Response, limit: usize) -> Result<Bytes, FailureClass> {
-    let declared = response.content_length();
+async fn read_capped(mut incoming: Incoming, limit: usize) -> Result<Bytes, FailureClass> {
+    // Hyper's exact size hint is the `content-length` it framed the body by.
+    let declared = incoming.size_hint().exact();
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(FailureClass::Oversized);
     }
     let mut body = BytesMut::with_capacity(declared.map_or(0, |length| length as usize));
-    while let Some(chunk) = response.chunk().await.map_err(|e| classify_transport(&e))? {
+    while let Some(frame) = incoming.frame().await {
+        let frame = frame.map_err(|e| classify_transport(&TransportError::Body(e)))?;
+        // Trailers carry nothing the gateway reads.
+        let Ok(chunk) = frame.into_data() else {
+            continue;
+        };
         if body.len() + chunk.len() > limit {
             return Err(FailureClass::Oversized);
         }
@@ -147,7 +158,7 @@ fn error_reply(
     adapter: &dyn Adapter,
     request: &ClientRequest,
     status: StatusCode,
-    headers: &reqwest::header::HeaderMap,
+    headers: &http::header::HeaderMap,
     body: Bytes,
     scrubber: &Scrubber,
 ) -> UpstreamReply {
@@ -161,7 +172,7 @@ fn error_reply(
         None => UpstreamReply {
             status,
             content_type: headers
-                .get(reqwest::header::CONTENT_TYPE)
+                .get(http::header::CONTENT_TYPE)
                 .map(|value| scrubber.header(value.clone())),
             body,
             upstream_request_id: upstream_request_id(headers, scrubber),
@@ -172,7 +183,7 @@ fn error_reply(
 /// The provider's id of the request: `request-id` (Anthropic), `x-request-id` (OpenAI and
 /// most compatible servers), `apim-request-id` (Azure), scrubbed like any header passed on.
 fn upstream_request_id(
-    headers: &reqwest::header::HeaderMap,
+    headers: &http::header::HeaderMap,
     scrubber: &Scrubber,
 ) -> Option<HeaderValue> {
     ["request-id", "x-request-id", "apim-request-id"]
@@ -215,7 +226,7 @@ fn rejected<T>(request: &ClientRequest, rejection: Rejection) -> Attempt<T> {
 
 /// Makes streamed attempts, each up to its first event.
 pub struct StreamAttempter<'a> {
-    pub client: &'a reqwest::Client,
+    pub client: &'a UpstreamClient,
     pub request: ClientRequest,
     pub fallback_on_context_length: bool,
     /// The most of an error answer read (`[server] max_upstream_body_bytes`).
@@ -241,7 +252,6 @@ impl Attempter for StreamAttempter<'_> {
     ) -> Attempt<CommittedStream> {
         let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
-            client: self.client,
             provider,
             key,
             model: step.model.as_str(),
@@ -261,16 +271,18 @@ impl Attempter for StreamAttempter<'_> {
         let fallback_on_context_length = self.fallback_on_context_length;
         let (max_body_bytes, max_event_bytes) = (self.max_body_bytes, self.max_event_bytes);
         // The attempt timeout runs to the first event, not just to the headers.
+        let client = self.client;
         let commit = async move {
-            let response = request
-                .send()
+            let response = client
+                .send(request)
                 .await
                 .map_err(|e| Failure::without_reply(classify_transport(&e)))?;
-            let status = response.status();
+            let (head, incoming) = response.into_parts();
+            let status = head.status;
             if !status.is_success() {
-                let headers = response.headers().clone();
+                let headers = head.headers;
                 let body = scrubber.bytes(
-                    read_capped(response, max_body_bytes)
+                    read_capped(incoming, max_body_bytes)
                         .await
                         .unwrap_or_default(),
                 );
@@ -283,8 +295,8 @@ impl Attempter for StreamAttempter<'_> {
                     reply: Some(reply),
                 });
             }
-            let upstream_request_id = upstream_request_id(response.headers(), &scrubber);
-            let bytes: ByteStream = Box::pin(response.bytes_stream());
+            let upstream_request_id = upstream_request_id(&head.headers, &scrubber);
+            let bytes: ByteStream = Box::pin(incoming.into_data_stream());
             let mut reader = ScrubbedReader::new(SseReader::new(bytes, max_event_bytes), scrubber);
             let (first, first_usage) = first_event(&mut reader, translator.as_mut()).await?;
             Ok(CommittedStream {

@@ -42,7 +42,7 @@ pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> C
 /// Names the field when `url` is not a Redis URL; the URL itself may carry a password, so
 /// only its scheme is repeated.
 pub fn check_redis_url(errors: &mut Errors, field: &str, url: &str) {
-    match reqwest::Url::parse(url) {
+    match url::Url::parse(url) {
         Ok(parsed) if matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
         _ => errors.add(
             field,

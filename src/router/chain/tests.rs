@@ -31,12 +31,9 @@ impl Attempter for Scripted {
         if status == 200 {
             return Attempt::Served(());
         }
-        let mut headers = reqwest::header::HeaderMap::new();
+        let mut headers = http::header::HeaderMap::new();
         if let Some(after) = retry_after {
-            headers.insert(
-                reqwest::header::RETRY_AFTER,
-                HeaderValue::from_static(after),
-            );
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static(after));
         }
         let status = StatusCode::from_u16(status).unwrap();
         let (class, action) = super::super::classify::classify_status(status, &headers, b"", false);

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use http::StatusCode;
+use http::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 use tokio::time::Instant;
 
 use super::*;

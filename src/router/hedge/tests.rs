@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
+use http::StatusCode;
 use tokio::time::Instant;
 
 use crate::config::{Config, Deployment, Provider};

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use reqwest::StatusCode;
-use reqwest::header::{HeaderMap, HeaderValue, RETRY_AFTER};
+use http::StatusCode;
+use http::header::{HeaderMap, HeaderValue, RETRY_AFTER};
 
 use super::*;
 use crate::config::{Config, Deployment, Provider};

@@ -1,0 +1,120 @@
+//! The HTTP request an adapter builds for one attempt, as the upstream client sends it.
+//!
+//! A plain value rather than a client library's builder: the URI is written once by the
+//! adapter and parsed once when sent, and nothing stands between the adapter and the wire.
+
+use std::fmt;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, Method};
+
+/// One request to a provider.
+pub struct UpstreamRequest {
+    pub method: Method,
+    /// The absolute URI, from the provider's `base_url`; parsed when the request is sent.
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The name of a header whose value is not valid in HTTP. Such a request is never sent:
+    /// the attempt fails as a transport error would, as it did with reqwest's builder.
+    invalid_header: Option<HeaderName>,
+}
+
+impl UpstreamRequest {
+    /// A JSON POST to `uri`, asking for an event stream when streaming.
+    pub fn post(uri: String, body: Bytes, stream: bool) -> UpstreamRequest {
+        let mut headers = HeaderMap::with_capacity(4);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if stream {
+            headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        }
+        UpstreamRequest {
+            method: Method::POST,
+            uri,
+            headers,
+            body,
+            invalid_header: None,
+        }
+    }
+
+    /// Adds a header from configuration or the client's request. Names are constants
+    /// (`HeaderName::from_static` in a `const`), so a bad name fails the build, not a request.
+    pub fn header(self, name: HeaderName, value: &str) -> UpstreamRequest {
+        self.with(name, HeaderValue::from_str(value), false)
+    }
+
+    /// Adds a header that carries a key: marked sensitive, so `Debug` never shows it.
+    pub fn secret_header(self, name: HeaderName, secret: &str) -> UpstreamRequest {
+        self.with(name, HeaderValue::from_str(secret), true)
+    }
+
+    /// Adds `authorization: Bearer {secret}`, marked sensitive.
+    pub fn bearer(self, secret: &str) -> UpstreamRequest {
+        let value = HeaderValue::from_str(&format!("Bearer {secret}"));
+        self.with(AUTHORIZATION, value, true)
+    }
+
+    /// Why the request cannot be sent, if it cannot.
+    pub fn invalid(&self) -> Option<&HeaderName> {
+        self.invalid_header.as_ref()
+    }
+
+    fn with(
+        mut self,
+        name: HeaderName,
+        value: Result<HeaderValue, http::header::InvalidHeaderValue>,
+        sensitive: bool,
+    ) -> UpstreamRequest {
+        match value {
+            Ok(mut value) => {
+                value.set_sensitive(sensitive);
+                self.headers.insert(name, value);
+            }
+            Err(_) => self.invalid_header = Some(name),
+        }
+        self
+    }
+}
+
+/// Header names and the URI only: values may carry a key.
+impl fmt::Debug for UpstreamRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamRequest")
+            .field("method", &self.method)
+            .field("uri", &self.uri)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("body_bytes", &self.body.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_a_header_value() {
+        let request = UpstreamRequest::post("http://x/v1".into(), Bytes::new(), true)
+            .bearer("sk-secret-one")
+            .secret_header(HeaderName::from_static("x-api-key"), "sk-secret-two")
+            .header(HeaderName::from_static("anthropic-version"), "2023-06-01");
+        let shown = format!("{request:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(!shown.contains("2023"), "{shown}");
+        assert!(shown.contains("x-api-key"), "{shown}");
+        assert!(request.headers[AUTHORIZATION].is_sensitive());
+        assert_eq!(request.headers[ACCEPT], "text/event-stream");
+    }
+
+    #[test]
+    fn an_invalid_value_marks_the_request_unsendable() {
+        let request = UpstreamRequest::post("http://x".into(), Bytes::new(), false)
+            .header(HeaderName::from_static("anthropic-beta"), "a\nb");
+        assert_eq!(
+            request.invalid().map(HeaderName::as_str),
+            Some("anthropic-beta")
+        );
+        assert!(request.headers.get("anthropic-beta").is_none());
+    }
+}
