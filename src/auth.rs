@@ -142,7 +142,12 @@ impl Directory {
         self.keys.store(Arc::new(live.collect()));
         let revoked = revoked.into_iter().map(|k| k.hash);
         self.revoked.store(Arc::new(revoked.collect()));
-        self.loaded.send_replace(generation);
+        // Never backwards: a reload asked for an older generation read the store as it is.
+        self.loaded.send_if_modified(|loaded| {
+            let newer = generation > *loaded;
+            *loaded = (*loaded).max(generation);
+            newer
+        });
         Ok(())
     }
 
@@ -342,6 +347,16 @@ mod tests {
             directory.authenticate(&headers).unwrap_err(),
             AuthFailure::Invalid
         );
+    }
+
+    #[tokio::test]
+    async fn the_loaded_generation_never_goes_back() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let directory = Directory::load(store.clone(), true, "guest").await.unwrap();
+        directory.reload(&store, 7).await.unwrap();
+        // A reload that was asked for an older generation, finishing last.
+        directory.reload(&store, 3).await.unwrap();
+        assert_eq!(*directory.loaded.borrow(), 7);
     }
 
     #[tokio::test]

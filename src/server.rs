@@ -106,6 +106,11 @@ pub struct Shared {
     pub scorecards: Arc<tokio::sync::Semaphore>,
     /// How many 401s from each address still get a log row this minute.
     pub unauthorized_rows: flood::UnauthorizedRows,
+    /// Store reloads run one at a time. Two at once (an admin change's and the watcher's)
+    /// could each read the store and install what they read in the other order, leaving
+    /// the older keys in place until the next change: an admin change not in effect when
+    /// its answer said it was.
+    store_reloads: tokio::sync::Mutex<()>,
 }
 
 impl Deref for AppState {
@@ -286,6 +291,7 @@ impl AppState {
             grace_over: tokio::sync::watch::Sender::new(false),
             scorecards,
             unauthorized_rows: flood::UnauthorizedRows::new(unauthorized_rows),
+            store_reloads: tokio::sync::Mutex::new(()),
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
@@ -303,6 +309,7 @@ impl Shared {
 
     /// Loads keys changed in the store (by the admin API, the CLI or another instance).
     pub async fn reload(&self, generation: i64) -> Result<(), StartError> {
+        let _one_at_a_time = self.store_reloads.lock().await;
         self.keys.reload().await?;
         // The directory marks the generation loaded, so it goes last: a waiter on it sees
         // provider keys and virtual keys both current.
