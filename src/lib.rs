@@ -21,6 +21,7 @@
 
 pub mod auth;
 pub mod budgets;
+mod calendar;
 pub mod check;
 pub mod cluster;
 pub mod config;

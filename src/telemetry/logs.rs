@@ -246,7 +246,7 @@ fn unprintable(c: char) -> bool {
 pub fn utc(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let of_day = ms.rem_euclid(86_400_000);
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = crate::calendar::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
         of_day / 3_600_000,
@@ -254,20 +254,6 @@ pub fn utc(ms: i64) -> String {
         of_day / 1_000 % 60,
         of_day % 1_000
     )
-}
-
-/// Howard Hinnant's days-to-civil: the proleptic Gregorian date `days` after 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
