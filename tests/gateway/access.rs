@@ -3,10 +3,8 @@
 //! `/v1/models` that lists only what is allowed. And the bearer scheme in any case.
 
 use serde_json::Value;
-use switchyard::auth::{KeyRequest, issue};
 use switchyard::fake::{FakeHandle, FakeUpstream};
 use switchyard::server::Gateway;
-use switchyard::store::LimitOverrides;
 
 use super::support::*;
 
@@ -32,21 +30,8 @@ async fn fakes() -> (FakeHandle, FakeHandle) {
 
 /// A key of `role` with `models`, issued into the gateway's store and loaded.
 async fn key(gateway: &Gateway, role: &str, models: Option<&[&str]>) -> String {
-    let issued = issue(KeyRequest {
-        user: "ana".into(),
-        role: role.into(),
-        permissions: vec![],
-        models: models.map(|m| m.iter().map(|s| s.to_string()).collect()),
-        limits: LimitOverrides::default(),
-    })
-    .unwrap();
-    gateway
-        .store()
-        .insert_virtual_key(issued.record)
-        .await
-        .unwrap();
-    gateway.keys_current().await;
-    issued.key
+    let models = models.map(|m| m.iter().map(|s| s.to_string()).collect());
+    stored_key(gateway, "ana", role, models).await.0
 }
 
 /// The status of a chat call to `model`, with `key` if given; a 403 must be OpenAI-shaped.

@@ -7,33 +7,17 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use switchyard::auth::{KeyRequest, issue};
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::router::FailureClass;
 use switchyard::router::breaker::{BreakerState, BreakerView};
 use switchyard::server::Gateway;
-use switchyard::store::LimitOverrides;
 use tokio::time::Instant;
 
 use super::support::*;
 
 /// Issues a virtual key for `user` on a running gateway.
 async fn key(gateway: &Gateway, user: &str) -> String {
-    let issued = issue(KeyRequest {
-        user: user.into(),
-        role: "default".into(),
-        permissions: Vec::new(),
-        models: None,
-        limits: LimitOverrides::default(),
-    })
-    .unwrap();
-    gateway
-        .store()
-        .insert_virtual_key(issued.record)
-        .await
-        .unwrap();
-    gateway.keys_current().await;
-    issued.key
+    stored_key(gateway, user, "default", None).await.0
 }
 
 /// Posts a chat request to `model` as the holder of `key`.

@@ -9,13 +9,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use switchyard::auth::{KeyRequest, issue};
 use switchyard::budgets::{Budget, Period, RedisBudgets, Verdict};
 use switchyard::config::DEFAULT_LEASE;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::limits::RedisLimiter;
 use switchyard::server::Gateway;
-use switchyard::store::LimitOverrides;
 
 use super::services;
 use super::support::*;
@@ -260,29 +258,13 @@ async fn callers_without_a_budget_see_no_header_and_no_refusal() {
     assert_eq!(header(&response, "x-switchyard-budget-remaining"), "");
 }
 
-/// The store does not keep a key's own budgets yet (`LimitOverrides` reads them as unset),
-/// so a key here has its role's budget; the override's precedence is unit-tested in
-/// `budgets::tests`.
+/// A key without budgets of its own has its role's (`key_budgets.rs` tests a key's own).
 #[tokio::test]
 async fn a_keys_spend_is_counted_apart_and_shown_by_key() {
     let fake = five_word_fake().await;
     let gateway = gateway(&config(&fake, "1.0", "")).await;
-    let issued = issue(KeyRequest {
-        user: "ann".into(),
-        role: "default".into(),
-        permissions: Vec::new(),
-        models: None,
-        limits: LimitOverrides::default(),
-    })
-    .unwrap();
-    let id = issued.record.id.clone();
-    gateway
-        .store()
-        .insert_virtual_key(issued.record)
-        .await
-        .unwrap();
-    gateway.keys_current().await;
-    let bearer = format!("Bearer {}", issued.key);
+    let (key, id) = stored_key(&gateway, "ann", "default", None).await;
+    let bearer = format!("Bearer {key}");
     let with_key = [("authorization", bearer.as_str())];
     let admitted = post_with(&gateway, &ask("r", 5), &with_key).await;
     assert_eq!(admitted.status(), 200);

@@ -3,28 +3,13 @@
 //! each virtual key seeing only its own responses.
 
 use serde_json::{Value, json};
-use switchyard::auth::{KeyRequest, issue};
 use switchyard::fake::{Behavior, FakeUpstream};
-use switchyard::store::LimitOverrides;
 
 use super::responses::{chain, create, output_text, request};
 use super::support::*;
 
 async fn issue_key(gateway: &switchyard::server::Gateway, user: &str) -> String {
-    let issued = issue(KeyRequest {
-        user: user.into(),
-        role: "default".into(),
-        permissions: vec![],
-        models: None,
-        limits: LimitOverrides::default(),
-    })
-    .unwrap();
-    gateway
-        .store()
-        .insert_virtual_key(issued.record)
-        .await
-        .unwrap();
-    issued.key
+    stored_key(gateway, user, "default", None).await.0
 }
 
 async fn send(

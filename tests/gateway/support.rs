@@ -3,10 +3,38 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use switchyard::auth::{KeyRequest, issue};
 use switchyard::config::Config;
 use switchyard::fake::FakeHandle;
 use switchyard::server::Gateway;
+use switchyard::store::LimitOverrides;
 use switchyard::telemetry::RequestRecord;
+
+/// Issues a virtual key for `user` of `role` (limited to `models`, if given) into the
+/// gateway's store and waits until the gateway has loaded it: the key and its id.
+pub async fn stored_key(
+    gateway: &Gateway,
+    user: &str,
+    role: &str,
+    models: Option<Vec<String>>,
+) -> (String, String) {
+    let issued = issue(KeyRequest {
+        user: user.into(),
+        role: role.into(),
+        permissions: Vec::new(),
+        models,
+        limits: LimitOverrides::default(),
+    })
+    .unwrap();
+    let id = issued.record.id.clone();
+    gateway
+        .store()
+        .insert_virtual_key(issued.record)
+        .await
+        .unwrap();
+    gateway.keys_current().await;
+    (issued.key, id)
+}
 
 /// A provider block for a fake, with no key required.
 pub fn provider(name: &str, fake: &FakeHandle) -> String {
