@@ -12,7 +12,7 @@ mod server;
 mod steps;
 mod telemetry;
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,7 +68,7 @@ fn parse_raw_here(text: &str) -> Result<RawConfig, FieldError> {
 struct Errors {
     found: Vec<FieldError>,
     /// Providers that are declared but invalid: a step naming one is not a second error.
-    invalid_providers: HashSet<String>,
+    invalid_providers: BTreeSet<String>,
 }
 
 impl Errors {
@@ -114,7 +114,7 @@ impl Errors {
     }
 
     fn unique<'a>(&mut self, section: &str, names: impl Iterator<Item = &'a str>) {
-        let mut seen = HashSet::new();
+        let mut seen = BTreeSet::new();
         for (i, name) in names.enumerate() {
             if name.is_empty() {
                 self.add(format!("{section}[{i}].name"), "must not be empty");

@@ -1,7 +1,7 @@
 //! `[log]`, `[alerts]`, `[[prices]]` and `[admin]`: what the request log keeps, how it is
 //! judged, and who may read the views of it.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,7 +150,7 @@ pub fn alerts(errors: &mut Errors, raw: RawAlerts) -> AlertsConfig {
 }
 
 pub fn prices(errors: &mut Errors, raw: Vec<RawPrice>, providers: &[Provider]) -> Vec<Price> {
-    let mut seen = HashSet::new();
+    let mut seen = BTreeSet::new();
     let mut prices = Vec::with_capacity(raw.len());
     for (i, p) in raw.into_iter().enumerate() {
         errors.unknown_provider(format!("prices[{i}].provider"), &p.provider, providers);

@@ -9,7 +9,7 @@
 //! A stream closed after its `message_delta` gave a stop reason is a whole answer, even without
 //! `message_stop`: the client gets the `message_stop` the provider left out.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -137,7 +137,7 @@ pub struct AnthropicSource {
     /// Prompt tokens read from Anthropic's cache: OpenAI's `cached_tokens`.
     cached: u64,
     /// Content block index → the OpenAI tool-call index it streams into.
-    tool_calls: HashMap<u64, usize>,
+    tool_calls: BTreeMap<u64, usize>,
     /// The stop reason came: a clean close from here on ends a whole answer.
     stopped: bool,
 }

@@ -5,7 +5,7 @@
 //! when the next one opens or the choice finishes. At the end come `message_delta` (stop
 //! reason and usage, which OpenAI reports last) and `message_stop`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -28,7 +28,7 @@ pub struct AnthropicSink {
     open: Option<Open>,
     next_block: u64,
     /// OpenAI tool-call index → its `tool_use` block's index.
-    tools: HashMap<u64, u64>,
+    tools: BTreeMap<u64, u64>,
     stop_reason: Option<&'static str>,
     /// The last OpenAI `usage` seen (it comes last, cumulative).
     usage: Value,

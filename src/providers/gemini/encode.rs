@@ -22,7 +22,7 @@
 //!   http(s) image URLs (Gemini reads images inline or from its File API), audio and file parts,
 //!   and every other top-level field by name (`web_search_options`, fields added later).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
@@ -92,7 +92,7 @@ fn contents(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), R
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     // Gemini names a function response by the function, OpenAI by the call's id.
-    let mut call_names: HashMap<String, String> = HashMap::new();
+    let mut call_names: BTreeMap<String, String> = BTreeMap::new();
     for (i, message) in messages.iter().enumerate() {
         let role = message.get("role").and_then(Value::as_str).unwrap_or("");
         let content = message.get("content").unwrap_or(&Value::Null);
@@ -162,7 +162,7 @@ fn user_parts(content: &Value, i: usize) -> Result<Vec<Value>, Rejection> {
 fn model_parts(
     message: &Value,
     i: usize,
-    call_names: &mut HashMap<String, String>,
+    call_names: &mut BTreeMap<String, String>,
 ) -> Result<Vec<Value>, Rejection> {
     let mut parts = Vec::new();
     let text = text_of(message.get("content").unwrap_or(&Value::Null), i)?;
@@ -204,7 +204,7 @@ fn model_parts(
 fn function_response(
     message: &Value,
     i: usize,
-    call_names: &HashMap<String, String>,
+    call_names: &BTreeMap<String, String>,
 ) -> Result<Value, Rejection> {
     let id = message
         .get("tool_call_id")
