@@ -184,6 +184,7 @@ impl SqliteStore {
     }
 
     async fn migrated(connection: Connection) -> Result<SqliteStore, StoreError> {
+        rollup::register(&connection)?;
         let connection = Arc::new(Mutex::new(connection));
         let store = SqliteStore {
             reader: connection.clone(),

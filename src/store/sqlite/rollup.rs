@@ -1,7 +1,8 @@
 //! The request log's per-minute rollups in SQLite: merged in by the writer's transaction,
 //! read by the scorecard through the read connection.
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
 use super::request_log::{COLUMNS, read_row};
@@ -36,24 +37,45 @@ fn series(kind: i64, name: String, model: String) -> Series {
     }
 }
 
-/// Merges `rollups` into the table, inside the caller's transaction.
+/// The SQL function that adds two stored sketches, so a rollup merges inside its upsert.
+const SKETCH_MERGE: &str = "sketch_merge";
+
+/// Teaches `connection` [`SKETCH_MERGE`]; every connection that merges rollups needs it.
+pub(super) fn register(connection: &Connection) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    connection.create_scalar_function(SKETCH_MERGE, 2, flags, |context| {
+        let blob = |i| context.get_raw(i).as_blob().unwrap_or_default();
+        let mut stored = Sketch::decode(blob(0));
+        stored.merge(&Sketch::decode(blob(1)));
+        Ok(stored.encode())
+    })
+}
+
+/// Merges `rollups` into the table, inside the caller's transaction: one upsert a series,
+/// which adds the counts and sketches to the stored row's in SQLite. (Reading the row back
+/// and writing it whole cost the writer a third of its time per batch.)
 pub(super) fn merge(tx: &Transaction<'_>, rollups: Rollups) -> rusqlite::Result<()> {
-    let mut select = tx.prepare_cached(&format!(
-        "SELECT {ROLLUP_COLUMNS} FROM log_rollup
-         WHERE kind = ?1 AND name = ?2 AND model = ?3 AND minute_ms = ?4"
-    ))?;
     let mut upsert = tx.prepare_cached(&format!(
-        "INSERT OR REPLACE INTO log_rollup ({ROLLUP_COLUMNS})
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        "INSERT INTO log_rollup ({ROLLUP_COLUMNS})
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+         ON CONFLICT (kind, name, model, minute_ms) DO UPDATE SET
+             requests = requests + excluded.requests,
+             success = success + excluded.success,
+             fallback = fallback + excluded.fallback,
+             degraded = degraded + excluded.degraded,
+             error = error + excluded.error,
+             rejected = rejected + excluded.rejected,
+             client_error = client_error + excluded.client_error,
+             rate_limited = rate_limited + excluded.rate_limited,
+             attempts = attempts + excluded.attempts,
+             tokens_in = tokens_in + excluded.tokens_in,
+             tokens_out = tokens_out + excluded.tokens_out,
+             cost_usd = cost_usd + excluded.cost_usd,
+             latency = {SKETCH_MERGE}(latency, excluded.latency),
+             ttft = {SKETCH_MERGE}(ttft, excluded.ttft)"
     ))?;
-    for mut rollup in rollups.into_rollups() {
+    for rollup in rollups.into_rollups() {
         let (kind, name, model) = key(&rollup.series);
-        let stored = select
-            .query_row(params![kind, name, model, rollup.minute_ms], read_rollup)
-            .optional()?;
-        if let Some(stored) = stored {
-            rollup.data.merge(&stored.data);
-        }
         let c = &rollup.data.counts;
         let count = |n: u64| n as i64;
         upsert.execute(params![
@@ -156,7 +178,7 @@ mod tests {
 
     use crate::store::now_ms;
     use crate::store::request_log::{LogAttempt, LogRow};
-    use crate::store::rollup::{Rollup, Series};
+    use crate::store::rollup::{MINUTE_MS, Rollup, Rollups, Series};
     use crate::store::sqlite::SqliteStore;
 
     fn row(i: usize, time_ms: i64) -> LogRow {
@@ -283,6 +305,28 @@ mod tests {
         read.await.unwrap();
         assert_eq!(written.expect("the write is not held up").unwrap(), 1);
         remove(&path);
+    }
+
+    #[tokio::test]
+    async fn batches_in_one_minute_add_up_in_one_rollup_row() {
+        let store = SqliteStore::open_memory().await.unwrap();
+        let minute = now_ms().div_euclid(MINUTE_MS) * MINUTE_MS;
+        let rows: Vec<LogRow> = (0..40).map(|i| row(i * 6, minute + i as i64)).collect();
+        let mut expected = Rollups::default();
+        for batch in rows.chunks(7) {
+            store.insert_log(batch.to_vec()).await.unwrap();
+            batch.iter().for_each(|r| expected.add(r));
+        }
+        let mut expected: Vec<Rollup> = expected.into_rollups().collect();
+        let mut stored = store
+            .fold_rollups(0, Vec::new(), |all, rollup: Rollup| all.push(rollup))
+            .await
+            .unwrap();
+        let order = |r: &Rollup| (r.minute_ms, r.series.clone());
+        expected.sort_by_key(order);
+        stored.sort_by_key(order);
+        assert_eq!(stored, expected, "six batches merged as one");
+        assert_eq!(stored[0].data.counts.requests, 40);
     }
 
     #[tokio::test]
