@@ -11,7 +11,6 @@ pub mod validate;
 
 pub use validate::Invalid;
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use arc_swap::ArcSwap;
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
 use base64::Engine;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::watch;
 
 use crate::config::{Config, pattern_matches};

@@ -8,11 +8,11 @@ pub mod provider_keys;
 pub mod vault;
 pub mod weighted;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use foldhash::HashMap;
 use tokio::time::Instant;
 
 use crate::config::ProviderId;

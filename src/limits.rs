@@ -7,11 +7,11 @@
 mod memory;
 mod redis;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use foldhash::HashMap;
 use tokio::task::AbortHandle;
 
 use crate::auth::Caller;

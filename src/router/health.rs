@@ -6,10 +6,10 @@
 //! half-open breaker admits exactly one probe however many requests arrive at once. Lock
 //! order: this table, then the [`KeyRing`]'s; the key ring never calls back.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::time::Instant;
 
 use super::balance::{Ewma, fastest, smooth_pick};

@@ -8,9 +8,9 @@
 //! failure it follows. Skipped steps (an open breaker, a benched key) never reach upstream,
 //! so they are neither requests nor retries. The counts are this instance's own.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
+use foldhash::{HashMap, HashMapExt};
 use tokio::time::Instant;
 
 use super::classify::FailureClass;

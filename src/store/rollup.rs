@@ -7,7 +7,8 @@
 //! of the merged buckets.
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
+
+use foldhash::HashMap;
 
 use super::request_log::LogRow;
 

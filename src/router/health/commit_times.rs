@@ -5,8 +5,9 @@
 //! memory, and quick to follow a provider that turns slow. A percentile is read by sorting a
 //! copy of at most 256 numbers, which costs less than the request it decides about.
 
-use std::collections::HashMap;
 use std::time::Duration;
+
+use foldhash::HashMap;
 
 use crate::config::{ModelName, ProviderId};
 

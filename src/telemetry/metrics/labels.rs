@@ -6,10 +6,10 @@
 //! through [`LabelNames`], which keeps a configured name and folds anything else into
 //! [`OTHER`], and is written by [`LabelValue`]'s encoder, which escapes it.
 
-use std::collections::{HashMap, HashSet};
 use std::fmt::{self, Write};
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt, HashSet};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 
 use crate::config::Config;
