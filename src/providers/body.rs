@@ -52,12 +52,16 @@ impl RequestBody {
     pub fn parse(raw: Bytes) -> Result<RequestBody, serde_json::Error> {
         // The whole body is checked as UTF-8 once, here: parsed as text, the raw values below
         // borrow from it without being checked again (parsed as bytes, each one would be).
-        let text = std::str::from_utf8(&raw).map_err(|e| {
-            <serde_json::Error as serde::de::Error>::custom(format!(
-                "invalid UTF-8 at byte {}",
-                e.valid_up_to()
-            ))
-        })?;
+        let text = match simdutf8::basic::from_utf8(&raw) {
+            Ok(text) => text,
+            // The fast check does not say where; std's does, and bad bytes are rare.
+            Err(_) => std::str::from_utf8(&raw).map_err(|e| {
+                <serde_json::Error as serde::de::Error>::custom(format!(
+                    "invalid UTF-8 at byte {}",
+                    e.valid_up_to()
+                ))
+            })?,
+        };
         let TopLevel(found) = serde_json::from_str(text)?;
         if let Some(at) = lone_surrogate(&raw) {
             return Err(<serde_json::Error as serde::de::Error>::custom(format!(

@@ -29,6 +29,16 @@ fn only_one_whole_json_object_parses() {
     let error = RequestBody::parse(Bytes::from_static(b"{\"m\":\"ok\xff\"}")).err();
     let message = error.map(|e| e.to_string()).unwrap_or_default();
     assert!(message.contains("invalid UTF-8 at byte 8"), "{message}");
+    // Past the SIMD check's first blocks, in a truncated 4-byte character, too.
+    let mut long = format!("{{\"m\":\"{}", "é".repeat(400)).into_bytes();
+    let at = long.len();
+    long.extend_from_slice(b"\xf0\x9f\x98\"}");
+    let error = RequestBody::parse(Bytes::from(long)).err();
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains(&format!("invalid UTF-8 at byte {at}")),
+        "{message}"
+    );
 }
 
 #[test]
