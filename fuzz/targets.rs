@@ -176,6 +176,7 @@ pub fn request(data: &[u8]) {
     let format = FORMATS[(choice / 4) % 2];
     let operation = OPERATIONS[(choice / 8) % 2];
     let stream = (choice / 16) % 2 == 1;
+    same_body_both_ways(body);
     let Some(request) = client_request(format, operation, body) else {
         return;
     };
@@ -198,6 +199,22 @@ pub fn request(data: &[u8]) {
             }
         }
         Err(rejection) => assert!(!rejection.message.is_empty(), "a rejection says why"),
+    }
+}
+
+/// The body check's fast path finds what serde_json finds, and refuses what it refuses
+/// with serde_json's own words.
+fn same_body_both_ways(body: &[u8]) {
+    let fast = providers::RequestBody::parse(Bytes::copy_from_slice(body));
+    let serde = providers::RequestBody::parse_by_serde(Bytes::copy_from_slice(body));
+    match (fast, serde) {
+        (Ok(fast), Ok(serde)) => assert_eq!(fast.layout(), serde.layout()),
+        (Err(fast), Err(serde)) => assert_eq!(fast.to_string(), serde.to_string()),
+        (fast, serde) => panic!(
+            "fast {:?}, serde_json {:?}",
+            fast.err().map(|e| e.to_string()),
+            serde.err().map(|e| e.to_string())
+        ),
     }
 }
 

@@ -34,11 +34,14 @@ pub enum JsonKind {
     Number,
 }
 
+/// A top-level field's name and the byte range of its value in the body.
+type Field = (Box<str>, Range<usize>);
+
 /// A client's JSON object body, read only as far as the gateway needs.
 pub struct RequestBody {
     raw: Bytes,
     /// Each top-level field's name and the byte range of its value in `raw`, in order.
-    fields: Vec<(Box<str>, Range<usize>)>,
+    fields: Vec<Field>,
     /// A name occurs more than once: a splice could leave the other one in place.
     duplicates: bool,
     /// The whole body as a tree, parsed on first use by a translation; why not, when the
@@ -50,8 +53,16 @@ impl RequestBody {
     /// Checks that `raw` is one JSON object (all of it, nested values included) and notes
     /// where its top-level fields lie, without building any of their values.
     pub fn parse(raw: Bytes) -> Result<RequestBody, serde_json::Error> {
-        // The whole body is checked as UTF-8 once, here: parsed as text, the raw values below
-        // borrow from it without being checked again (parsed as bytes, each one would be).
+        RequestBody::parse_with(raw, true)
+    }
+
+    /// [`RequestBody::parse`] by serde_json alone, for the fuzzer to hold the fast check to.
+    #[doc(hidden)]
+    pub fn parse_by_serde(raw: Bytes) -> Result<RequestBody, serde_json::Error> {
+        RequestBody::parse_with(raw, false)
+    }
+
+    fn parse_with(raw: Bytes, fast: bool) -> Result<RequestBody, serde_json::Error> {
         let text = match simdutf8::basic::from_utf8(&raw) {
             Ok(text) => text,
             // The fast check does not say where; std's does, and bad bytes are rare.
@@ -62,20 +73,23 @@ impl RequestBody {
                 ))
             })?,
         };
-        let TopLevel(found) = serde_json::from_str(text)?;
+        // The body is checked as UTF-8 once, above: parsed as text, the raw values borrow
+        // from it without being checked again (parsed as bytes, each one would be).
+        let found = match fast.then(|| scan::top_level_fields(text)).flatten() {
+            Some(found) => found,
+            // Not one the fast check vouches for: serde_json decides, and says why.
+            None => top_level_by_serde(text)?,
+        };
         if let Some(at) = lone_surrogate(&raw) {
             return Err(<serde_json::Error as serde::de::Error>::custom(format!(
                 "lone surrogate in a \\u escape at byte {at}"
             )));
         }
-        let base = raw.as_ptr() as usize;
-        let mut fields: Vec<(Box<str>, Range<usize>)> = Vec::with_capacity(found.len());
+        let mut fields: Vec<Field> = Vec::with_capacity(found.len());
         let mut duplicates = false;
         for (name, value) in found {
-            // The raw value borrows from `raw`: its offset is where it starts there.
-            let start = value.get().as_ptr() as usize - base;
             duplicates |= fields.iter().any(|(seen, _)| **seen == *name);
-            fields.push((name.into(), start..start + value.get().len()));
+            fields.push((name.into(), value));
         }
         Ok(RequestBody {
             raw,
@@ -83,6 +97,13 @@ impl RequestBody {
             duplicates,
             tree: OnceLock::new(),
         })
+    }
+
+    /// Each top-level field's name and value range, and whether a name repeats: what the
+    /// fuzzer compares between [`RequestBody::parse`] and [`RequestBody::parse_by_serde`].
+    #[doc(hidden)]
+    pub fn layout(&self) -> (&[Field], bool) {
+        (&self.fields, self.duplicates)
     }
 
     /// The body's bytes as the client sent them.
@@ -279,6 +300,21 @@ impl fmt::Debug for RequestBody {
     }
 }
 
+/// `text`'s top-level fields as serde_json reads them, with its error when it is not one
+/// JSON object.
+fn top_level_by_serde(text: &str) -> Result<scan::Fields<'_>, serde_json::Error> {
+    let TopLevel(found) = serde_json::from_str(text)?;
+    let base = text.as_ptr() as usize;
+    Ok(found
+        .into_iter()
+        .map(|(name, value)| {
+            // The raw value borrows from `text`: its offset is where it starts there.
+            let start = value.get().as_ptr() as usize - base;
+            (name, start..start + value.get().len())
+        })
+        .collect())
+}
+
 /// The top level of a JSON object: each field's name and its value left unparsed.
 struct TopLevel<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
@@ -334,5 +370,6 @@ impl<'de> Visitor<'de> for NameVisitor {
     }
 }
 
+mod scan;
 #[cfg(test)]
 mod tests;

@@ -164,3 +164,107 @@ fn a_tree_the_bytes_cannot_make_is_reported_not_read_as_empty() {
     let _ = read.tree();
     assert_eq!(read.unreadable(), None);
 }
+
+/// The fast check and serde_json agree: the same fields, or both refuse with serde_json's
+/// words.
+fn assert_both_read(text: &[u8]) {
+    let fast = RequestBody::parse(Bytes::copy_from_slice(text));
+    let serde = RequestBody::parse_by_serde(Bytes::copy_from_slice(text));
+    match (fast, serde) {
+        (Ok(fast), Ok(serde)) => {
+            assert_eq!(
+                fast.fields,
+                serde.fields,
+                "{:?}",
+                String::from_utf8_lossy(text)
+            );
+            assert_eq!(fast.duplicates, serde.duplicates);
+        }
+        (Err(fast), Err(serde)) => assert_eq!(fast.to_string(), serde.to_string()),
+        (fast, serde) => panic!(
+            "{:?}: fast {:?}, serde_json {:?}",
+            String::from_utf8_lossy(text),
+            fast.err().map(|e| e.to_string()),
+            serde.err().map(|e| e.to_string())
+        ),
+    }
+}
+
+#[test]
+fn the_fast_check_reads_what_serde_json_reads() {
+    let deep = |n: usize| format!("{{\"a\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+    let cases = [
+        r#"{}"#,
+        " \t\r\n{ } \n",
+        r#"{"model":"gpt","messages":[{"role":"user","content":"hi\nthere \"you\" \\ \/ \b\f\r\t \u00e9 \uD83D\uDE00"}]}"#,
+        r#"{"a":-0,"b":0.5,"c":-12.25e+10,"d":1E-3,"e":1e400,"f":[true,false,null],"g":{}}"#,
+        r#"{"m\u006fdel":"x","model":"y"}"#,
+        r#"{"a":"é ünï ✓ 😀"}"#,
+        r#"{"a":01}"#,
+        r#"{"a":1.}"#,
+        r#"{"a":.5}"#,
+        r#"{"a":1e}"#,
+        r#"{"a":-}"#,
+        r#"{"a":+1}"#,
+        r#"{"a":[1,]}"#,
+        r#"{"a":1,}"#,
+        r#"{"a" 1}"#,
+        r#"{"a":tru}"#,
+        r#"{"a":nul}"#,
+        r#"{"a":"\x"}"#,
+        r#"{"a":"\u12G4"}"#,
+        r#"{"a":"\u12"}"#,
+        "{\"a\":\"tab\there\"}",
+        "{\"a\":\"nul\u{0}\"}",
+        "{\"a\":\"del\u{7f}\"}",
+        r#"{"a":"\uD800"}"#,
+        r#"{"\uD800":1}"#,
+        r#"{"a":"unterminated}"#,
+        r#"{"a":1}{"b":2}"#,
+        r#"{"a":1} x"#,
+        r#"[1]"#,
+        r#""a""#,
+        "",
+        "{",
+        "\u{feff}{}",
+        r#"{a:1}"#,
+        r#"{'a':1}"#,
+    ];
+    for case in cases {
+        assert_both_read(case.as_bytes());
+    }
+    for depth in [1, 98, 99, 100, 101, 126, 127, 128, 129, 200] {
+        assert_both_read(deep(depth).as_bytes());
+    }
+}
+
+#[test]
+fn the_fast_check_takes_ordinary_bodies_itself() {
+    // Were it to hand every body to serde_json, the agreement above would prove nothing.
+    let body = r#" {"mod\u0065l":"m", "messages":[{"content":"a\nb"}], "n":-1.5e3 } "#;
+    let fields = scan::top_level_fields(body).unwrap();
+    let names: Vec<&str> = fields.iter().map(|(name, _)| &**name).collect();
+    assert_eq!(names, ["model", "messages", "n"]);
+    assert_eq!(&body[fields[2].1.clone()], "-1.5e3");
+    assert!(
+        scan::top_level_fields(&format!("{{\"a\":{}{}}}", "[".repeat(99), "]".repeat(99)))
+            .is_some()
+    );
+    assert!(scan::top_level_fields(r#"{"a":01}"#).is_none());
+}
+
+proptest::proptest! {
+    /// Bodies spliced from JSON's pieces, well formed or not, read the same both ways.
+    #[test]
+    fn any_token_soup_reads_the_same_both_ways(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "{", "}", "[", "]", ":", ",", " ", "\n", "\"", "\\", "\\u", "\\n", "\\\"", "00", "0",
+            "1", "-", ".", "e", "+", "true", "fals", "null", "a", "é", "\u{1}", "\"k\":", "{\"a\":",
+            "\"v\"", "D83D", "\\uDE00",
+        ]), 0..40),
+    ) {
+        let text = format!("{{\"m\":{}}}", pieces.concat());
+        assert_both_read(text.as_bytes());
+        assert_both_read(pieces.concat().as_bytes());
+    }
+}
