@@ -193,7 +193,7 @@ pub fn request(data: &[u8]) {
             if let Some(name) = built.invalid() {
                 panic!("{kind:?} built a bad {name} header");
             }
-            let bytes = &built.body[..];
+            let bytes = &built.body.to_bytes()[..];
             if let Err(e) = json_syntax(bytes) {
                 panic!("{kind:?} request body is not JSON ({e}): {bytes:?}");
             }

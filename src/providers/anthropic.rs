@@ -21,6 +21,7 @@ use http::header::HeaderName;
 use serde_json::{Map, Value};
 
 use super::openai::stream::OpenAiSink;
+use super::outbound::OutBody;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
@@ -61,7 +62,7 @@ impl Adapter for AnthropicAdapter {
                     .unwrap_or_else(|| {
                         let mut body = request.body.tree().clone();
                         body.insert("model".into(), Value::from(target.model));
-                        super::to_bytes(&body)
+                        super::to_bytes(&body).into()
                     });
                 ("v1/messages/count_tokens", body)
             }
@@ -76,7 +77,8 @@ impl Adapter for AnthropicAdapter {
                     target.model,
                     max_tokens,
                     stream,
-                )?),
+                )?)
+                .into(),
             ),
         };
         let url = format!("{}/{path}", target.provider.base_url);
@@ -144,7 +146,7 @@ impl Adapter for AnthropicAdapter {
 
 /// An Anthropic client's own bytes: only `model` spliced in, and `max_tokens` filled in when
 /// absent; the body is never rebuilt, unless a field set here is named twice in it.
-fn passthrough(body: &RequestBody, model: &str, default_max_tokens: u32, stream: bool) -> Bytes {
+fn passthrough(body: &RequestBody, model: &str, default_max_tokens: u32, stream: bool) -> OutBody {
     let model_json = Value::from(model).to_string();
     let max_tokens = default_max_tokens.to_string();
     let mut set = vec![("model", model_json.as_str())];
@@ -155,7 +157,7 @@ fn passthrough(body: &RequestBody, model: &str, default_max_tokens: u32, stream:
         set.push(("stream", "true"));
     }
     body.with_fields(&set).unwrap_or_else(|| {
-        super::to_bytes(&rebuilt(body.tree(), model, default_max_tokens, stream))
+        super::to_bytes(&rebuilt(body.tree(), model, default_max_tokens, stream)).into()
     })
 }
 
@@ -228,7 +230,7 @@ mod tests {
 
     fn passed(body: &str, stream: bool) -> Value {
         let body = RequestBody::parse(Bytes::copy_from_slice(body.as_bytes())).unwrap();
-        serde_json::from_slice(&passthrough(&body, "claude-x", 1024, stream)).unwrap()
+        serde_json::from_slice(&passthrough(&body, "claude-x", 1024, stream).to_bytes()).unwrap()
     }
 
     #[test]
@@ -256,7 +258,7 @@ mod tests {
     fn the_passthrough_sends_the_clients_own_bytes() {
         let text = "{\"model\" : \"smart\",\n \"messages\":[{\"role\":\"user\",\"content\":\"caf\u{e9} \\u00e9\"}],\"max_tokens\":9}";
         let body = RequestBody::parse(Bytes::copy_from_slice(text.as_bytes())).unwrap();
-        let sent = passthrough(&body, "claude-x", 1024, false);
+        let sent = passthrough(&body, "claude-x", 1024, false).to_bytes();
         assert_eq!(sent, text.replace("\"smart\"", "\"claude-x\""));
     }
 

@@ -12,10 +12,12 @@ use std::fmt;
 use std::ops::{Deref, Range};
 use std::sync::OnceLock;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use super::outbound::OutBody;
 
 /// What kind of JSON value a field holds, read from its first byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +155,7 @@ impl RequestBody {
     /// The client's bytes with top-level fields set: each `(name, json)` replaces that
     /// field's value, or is added when absent. `None` when a name repeats in the body, where
     /// only a rebuilt tree says for sure which value a reader takes.
-    pub fn with_fields(&self, set: &[(&str, &str)]) -> Option<Bytes> {
+    pub fn with_fields(&self, set: &[(&str, &str)]) -> Option<OutBody> {
         if self.duplicates {
             return None;
         }
@@ -179,16 +181,16 @@ impl RequestBody {
             replaced.push((open..open, added.as_str()));
         }
         replaced.sort_by_key(|(range, _)| range.start);
-        let growth: usize = replaced.iter().map(|(_, json)| json.len()).sum();
-        let mut out = BytesMut::with_capacity(self.raw.len() + growth);
+        // The client's bytes are shared, not copied: only the spliced values are new.
+        let mut parts = Vec::with_capacity(replaced.len() * 2 + 1);
         let mut at = 0;
         for (range, json) in &replaced {
-            out.extend_from_slice(&self.raw[at..range.start]);
-            out.extend_from_slice(json.as_bytes());
+            parts.push(self.raw.slice(at..range.start));
+            parts.push(Bytes::copy_from_slice(json.as_bytes()));
             at = range.end;
         }
-        out.extend_from_slice(&self.raw[at..]);
-        Some(out.freeze())
+        parts.push(self.raw.slice(at..));
+        Some(OutBody::from_parts(parts))
     }
 
     /// The whole body as a tree, parsed once on first use; empty when the bytes cannot make

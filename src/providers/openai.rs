@@ -14,6 +14,7 @@ use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::outbound::OutBody;
 use super::responses;
 use super::stream::{StreamTranslator, Translating};
 use super::{
@@ -71,12 +72,12 @@ pub(crate) fn encode(
     request: &ClientRequest,
     model: &str,
     stream: bool,
-) -> Result<Bytes, Rejection> {
+) -> Result<OutBody, Rejection> {
     match (request.operation, request.format) {
         (Operation::CountTokens, _) => Err(super::only_for(request.operation)),
         (Operation::Chat, ClientFormat::Anthropic) => {
             let mut body = inbound_request::to_openai(&request.body)?;
-            Ok(encode_body(&mut body, model, stream).0)
+            Ok(encode_body(&mut body, model, stream).0.into())
         }
         (Operation::Embeddings, _) => {
             let model_json = Value::from(model).to_string();
@@ -86,7 +87,7 @@ pub(crate) fn encode(
                 .unwrap_or_else(|| {
                     let mut body = request.body.tree().clone();
                     body.insert("model".into(), Value::from(model));
-                    super::to_bytes(&body)
+                    super::to_bytes(&body).into()
                 }))
         }
         // Chat and legacy completions from OpenAI clients: their own bytes.
@@ -97,15 +98,18 @@ pub(crate) fn encode(
 /// An OpenAI client's own bytes with `model` spliced in and, for a stream, its
 /// `stream_options` asking for the usage chunk; the body is never rebuilt, unless a field
 /// the gateway sets is named twice in it.
-fn passthrough(body: &RequestBody, model: &str, stream: bool) -> Bytes {
+fn passthrough(body: &RequestBody, model: &str, stream: bool) -> OutBody {
     let model_json = Value::from(model).to_string();
     let options = if stream { usage_options(body) } else { None };
     let mut set = vec![("model", model_json.as_str())];
     if let Some(options) = &options {
         set.push(("stream_options", options));
     }
-    body.with_fields(&set)
-        .unwrap_or_else(|| encode_body(&mut body.tree().clone(), model, stream).0)
+    body.with_fields(&set).unwrap_or_else(|| {
+        encode_body(&mut body.tree().clone(), model, stream)
+            .0
+            .into()
+    })
 }
 
 /// The `stream_options` a stream is sent with when the client's do not ask for the usage
@@ -349,7 +353,7 @@ mod tests {
 
     fn spliced(body: &str, stream: bool) -> String {
         let body = RequestBody::parse(Bytes::copy_from_slice(body.as_bytes())).unwrap();
-        String::from_utf8(passthrough(&body, "m", stream).to_vec()).unwrap()
+        String::from_utf8(passthrough(&body, "m", stream).to_bytes().to_vec()).unwrap()
     }
 
     #[test]

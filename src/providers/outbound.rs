@@ -3,11 +3,16 @@
 //! A plain value rather than a client library's builder: the URI is written once by the
 //! adapter and parsed once when sent, and nothing stands between the adapter and the wire.
 
+use std::collections::VecDeque;
+use std::convert::Infallible;
 use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use http::{HeaderMap, Method};
+use hyper::body::{Body, Frame, SizeHint};
 
 /// One request to a provider.
 pub struct UpstreamRequest {
@@ -15,7 +20,7 @@ pub struct UpstreamRequest {
     /// The absolute URI, from the provider's `base_url`; parsed when the request is sent.
     pub uri: String,
     pub headers: HeaderMap,
-    pub body: Bytes,
+    pub body: OutBody,
     /// The name of a header whose value is not valid in HTTP. Such a request is never sent:
     /// the attempt fails as a transport error would, as it did with reqwest's builder.
     invalid_header: Option<HeaderName>,
@@ -23,7 +28,7 @@ pub struct UpstreamRequest {
 
 impl UpstreamRequest {
     /// A JSON POST to `uri`, asking for an event stream when streaming.
-    pub fn post(uri: String, body: Bytes, stream: bool) -> UpstreamRequest {
+    pub fn post(uri: String, body: impl Into<OutBody>, stream: bool) -> UpstreamRequest {
         let mut headers = HeaderMap::with_capacity(4);
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if stream {
@@ -33,7 +38,7 @@ impl UpstreamRequest {
             method: Method::POST,
             uri,
             headers,
-            body,
+            body: body.into(),
             invalid_header: None,
         }
     }
@@ -74,6 +79,83 @@ impl UpstreamRequest {
             Err(_) => self.invalid_header = Some(name),
         }
         self
+    }
+}
+
+/// A request body as the parts it goes out in. A passthrough body is the client's own bytes
+/// with `model` spliced in: parts that share the client's buffer, sent with one vectored
+/// write, where joining them copied the whole body (131k instructions at 128 KB).
+#[derive(Clone, Default)]
+pub struct OutBody {
+    parts: VecDeque<Bytes>,
+}
+
+impl OutBody {
+    /// The parts in order; empty ones are left out.
+    pub fn from_parts(parts: impl IntoIterator<Item = Bytes>) -> OutBody {
+        OutBody {
+            parts: parts.into_iter().filter(|part| !part.is_empty()).collect(),
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    /// The body in one buffer, for those who read it whole (tests, the fuzzer).
+    pub fn to_bytes(&self) -> Bytes {
+        match self.parts.len() {
+            0 => Bytes::new(),
+            1 => self.parts[0].clone(),
+            _ => {
+                let mut joined = BytesMut::with_capacity(self.len());
+                self.parts
+                    .iter()
+                    .for_each(|part| joined.extend_from_slice(part));
+                joined.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for OutBody {
+    fn from(bytes: Bytes) -> OutBody {
+        OutBody::from_parts([bytes])
+    }
+}
+
+/// The parts' lengths only, as [`UpstreamRequest`]'s `Debug` shows no body.
+impl fmt::Debug for OutBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.parts.iter().map(Bytes::len))
+            .finish()
+    }
+}
+
+/// Each part is one frame; the length is exact, so the request carries `content-length`.
+impl Body for OutBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.parts.pop_front().map(|part| Ok(Frame::data(part))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.len() as u64)
     }
 }
 

@@ -6,16 +6,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::{Request, Response, Uri};
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::providers::outbound::UpstreamRequest;
+use crate::providers::outbound::{OutBody, UpstreamRequest};
 
 /// An answer's head, its body still to be read.
 pub type UpstreamResponse = Response<Incoming>;
@@ -36,7 +34,7 @@ const TCP_KEEPALIVE_RETRIES: u32 = 3;
 /// counts as a failed attempt (a redirect would carry the key to whatever origin it names).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    inner: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    inner: Client<HttpsConnector<HttpConnector>, OutBody>,
 }
 
 /// Why the client could not be built.
@@ -132,7 +130,7 @@ impl UpstreamClient {
         }
         let uri = Uri::try_from(request.uri)
             .map_err(|_| TransportError::Invalid("the URI is not valid".into()))?;
-        let mut outgoing = Request::new(Full::new(request.body));
+        let mut outgoing = Request::new(request.body);
         *outgoing.method_mut() = request.method;
         *outgoing.uri_mut() = uri;
         *outgoing.headers_mut() = request.headers;
@@ -157,7 +155,8 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        let request = UpstreamRequest::post(format!("http://{closed}/v1"), Bytes::new(), false);
+        let request =
+            UpstreamRequest::post(format!("http://{closed}/v1"), OutBody::default(), false);
         let error = client().send(request).await.unwrap_err();
         assert!(error.is_connect() && !error.is_timeout(), "{error:?}");
         assert_eq!(classify_transport(&error), FailureClass::Connect);
@@ -165,8 +164,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_with_a_bad_header_is_never_sent() {
-        let request = UpstreamRequest::post("http://127.0.0.1:9/v1".into(), Bytes::new(), false)
-            .secret_header(http::HeaderName::from_static("x-api-key"), "sk-\nsecret");
+        let request =
+            UpstreamRequest::post("http://127.0.0.1:9/v1".into(), OutBody::default(), false)
+                .secret_header(http::HeaderName::from_static("x-api-key"), "sk-\nsecret");
         let error = client().send(request).await.unwrap_err();
         assert!(matches!(error, TransportError::Invalid(_)), "{error:?}");
         assert!(!error.to_string().contains("secret"), "{error}");
