@@ -77,12 +77,18 @@ impl RequestBody {
         };
         // The body is checked as UTF-8 once, above: parsed as text, the raw values borrow
         // from it without being checked again (parsed as bytes, each one would be).
-        let found = match fast.then(|| scan::top_level_fields(text)).flatten() {
-            Some(found) => found,
+        let (found, unicode_escapes) = match fast.then(|| scan::top_level_fields(text)).flatten() {
+            Some(scanned) => (scanned.fields, scanned.unicode_escapes),
             // Not one the fast check vouches for: serde_json decides, and says why.
-            None => top_level_by_serde(text)?,
+            None => (top_level_by_serde(text)?, true),
         };
-        if let Some(at) = lone_surrogate(&raw) {
+        // The fast check saw every escape: with no `\u` among them, there is nothing to find.
+        let lone = if unicode_escapes {
+            lone_surrogate(&raw)
+        } else {
+            None
+        };
+        if let Some(at) = lone {
             return Err(<serde_json::Error as serde::de::Error>::custom(format!(
                 "lone surrogate in a \\u escape at byte {at}"
             )));

@@ -19,8 +19,15 @@ const MAX_DEPTH: usize = 100;
 /// Each top-level field's name and the byte range of its value, in order.
 pub(super) type Fields<'a> = Vec<(Cow<'a, str>, Range<usize>)>;
 
+/// What the check found in a body it vouches for.
+pub(super) struct Scanned<'a> {
+    pub fields: Fields<'a>,
+    /// Whether any string holds a `\u` escape: without one, no lone surrogate can hide.
+    pub unicode_escapes: bool,
+}
+
 /// `text`'s top-level fields, when it is one JSON object this check can vouch for.
-pub(super) fn top_level_fields(text: &str) -> Option<Fields<'_>> {
+pub(super) fn top_level_fields(text: &str) -> Option<Scanned<'_>> {
     let bytes = text.as_bytes();
     let mut scan = Scan {
         bytes,
@@ -28,6 +35,7 @@ pub(super) fn top_level_fields(text: &str) -> Option<Fields<'_>> {
         // Most bodies come compact, with no raw control byte at all: one vectorised pass
         // over the whole body then spares each string its own check.
         controls: has_control(bytes),
+        unicode_escapes: false,
     };
     let mut fields = Vec::new();
     scan.whitespace();
@@ -51,7 +59,10 @@ pub(super) fn top_level_fields(text: &str) -> Option<Fields<'_>> {
         }
     }
     scan.whitespace();
-    (scan.at == scan.bytes.len()).then_some(fields)
+    (scan.at == scan.bytes.len()).then_some(Scanned {
+        fields,
+        unicode_escapes: scan.unicode_escapes,
+    })
 }
 
 /// A string's contents as a name: borrowed, or with its escapes undone by serde_json.
@@ -68,6 +79,7 @@ struct Scan<'a> {
     at: usize,
     /// Whether the body holds a byte under 0x20 anywhere (whitespace between tokens, say).
     controls: bool,
+    unicode_escapes: bool,
 }
 
 impl Scan<'_> {
@@ -169,6 +181,7 @@ impl Scan<'_> {
             match self.peek()? {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
                 b'u' => {
+                    self.unicode_escapes = true;
                     let hex = self.bytes.get(self.at + 1..self.at + 5)?;
                     if !hex.iter().all(u8::is_ascii_hexdigit) {
                         return None;

@@ -244,7 +244,9 @@ fn the_fast_check_reads_what_serde_json_reads() {
 fn the_fast_check_takes_ordinary_bodies_itself() {
     // Were it to hand every body to serde_json, the agreement above would prove nothing.
     let body = r#" {"mod\u0065l":"m", "messages":[{"content":"a\nb"}], "n":-1.5e3 } "#;
-    let fields = scan::top_level_fields(body).unwrap();
+    let scanned = scan::top_level_fields(body).unwrap();
+    assert!(scanned.unicode_escapes);
+    let fields = scanned.fields;
     let names: Vec<&str> = fields.iter().map(|(name, _)| &**name).collect();
     assert_eq!(names, ["model", "messages", "n"]);
     assert_eq!(&body[fields[2].1.clone()], "-1.5e3");
@@ -253,6 +255,8 @@ fn the_fast_check_takes_ordinary_bodies_itself() {
             .is_some()
     );
     assert!(scan::top_level_fields(r#"{"a":01}"#).is_none());
+    let plain = scan::top_level_fields(r#"{"a":"\\u0041 is not an escape"}"#).unwrap();
+    assert!(!plain.unicode_escapes, "an escaped backslash then `u`");
 }
 
 proptest::proptest! {
