@@ -439,7 +439,16 @@ pub async fn run(
     let admin_addr = admin.as_ref().map(|a| a.local_addr()).transpose()?;
     startup::announce(&state, listener.local_addr()?, admin_addr);
     reload::on_hangup(hangups, Arc::downgrade(&state.shared));
-    serve_state(listener, admin, state, writer, shutdown).await
+    // On a worker, not the thread that blocks on `run`: a connection task spawned from a
+    // worker starts on that same worker, where one spawned from outside the pool first
+    // wakes a parked worker (a futex and a thread switch per new connection).
+    match tokio::spawn(serve_state(listener, admin, state, writer, shutdown)).await {
+        Ok(served) => served,
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        // Cancelled: only the runtime shutting down does that, and then there is no one
+        // left to serve.
+        Err(_) => Ok(()),
+    }
 }
 
 async fn bind_admin(config: &Config) -> Result<Option<TcpListener>, StartError> {
