@@ -22,6 +22,8 @@ use crate::router::health::PendingVerdict;
 use crate::router::upstream::CommittedStream;
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
 
+mod first_alone;
+
 /// The most bytes of events already arrived that go out as one frame.
 const BATCH_BYTES: usize = 64 * 1024;
 
@@ -104,7 +106,7 @@ impl StreamForwarder {
             let frame = forwarder.next_frame().await?;
             Some((Ok::<Bytes, Infallible>(frame), forwarder))
         });
-        axum::body::Body::from_stream(frames)
+        axum::body::Body::from_stream(first_alone::FirstAlone::new(frames))
     }
 
     async fn next_frame(&mut self) -> Option<Bytes> {
