@@ -562,11 +562,12 @@ fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
 }
 
 /// A non-blocking stderr for log lines: each line is queued to a writer thread that writes
-/// through a buffer and flushes whenever the queue runs dry. A full queue (stderr stuck, say
+/// through a buffer and flushes whenever the queue runs dry, gathering lines for 10 ms at a
+/// time while they keep coming. A full queue (stderr stuck, say
 /// a pipe nobody reads) drops lines rather than block the thread that logs.
 mod console {
     use std::io::{BufWriter, Write};
-    use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+    use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
     use std::time::Duration;
 
     use tracing_subscriber::fmt::MakeWriter;
@@ -575,6 +576,9 @@ mod console {
     const QUEUED_LINES: usize = 16_384;
     /// How long exit waits for the queued lines to reach stderr.
     const FLUSH_WAIT: Duration = Duration::from_secs(1);
+    /// How long a busy gateway's lines gather before they are written: the most a line
+    /// waits, and far less than a person or a log shipper notices.
+    const GATHER: Duration = Duration::from_millis(10);
 
     enum Message {
         Line(Vec<u8>),
@@ -662,20 +666,32 @@ mod console {
         let mut out = BufWriter::with_capacity(64 * 1024, std::io::stderr());
         while let Ok(message) = lines.recv() {
             let mut next = Some(message);
-            while let Some(message) = next {
-                match message {
-                    Message::Line(bytes) => {
-                        let _ = out.write_all(&bytes);
+            loop {
+                while let Some(message) = next {
+                    match message {
+                        Message::Line(bytes) => {
+                            let _ = out.write_all(&bytes);
+                        }
+                        Message::Flush(done) => {
+                            let _ = out.flush();
+                            let _ = done.send(());
+                        }
                     }
-                    Message::Flush(done) => {
-                        let _ = out.flush();
-                        let _ = done.send(());
-                    }
+                    next = lines.try_recv().ok();
                 }
-                next = lines.try_recv().ok();
+                // The queue ran dry: what was written reaches stderr now, not at the next line.
+                let _ = out.flush();
+                // While requests keep coming, gather their lines for a moment rather than
+                // block: a thread blocked in `recv` is woken once a line (a futex call on the
+                // request's worker and a switch to this thread), one that sleeps once a
+                // tick. A tick without lines means the gateway is idle: block again.
+                std::thread::sleep(GATHER);
+                match lines.try_recv() {
+                    Ok(message) => next = Some(message),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
             }
-            // The queue ran dry: what was written reaches stderr now, not at the next line.
-            let _ = out.flush();
         }
     }
 }
