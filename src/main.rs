@@ -563,8 +563,8 @@ fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
 
 /// A non-blocking stderr for log lines: each line is queued to a writer thread that writes
 /// through a buffer and flushes whenever the queue runs dry, gathering lines for 10 ms at a
-/// time while they keep coming. A full queue (stderr stuck, say
-/// a pipe nobody reads) drops lines rather than block the thread that logs.
+/// time while they keep coming. A full queue (stderr stuck, say a pipe nobody reads) drops
+/// lines rather than block the thread that logs.
 mod console {
     use std::io::{BufWriter, Write};
     use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
