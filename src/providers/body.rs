@@ -188,15 +188,15 @@ impl RequestBody {
         }
         replaced.sort_by_key(|(range, _)| range.start);
         // The client's bytes are shared, not copied: only the spliced values are new.
-        let mut parts = Vec::with_capacity(replaced.len() * 2 + 1);
+        let mut out = OutBody::with_capacity(replaced.len() * 2 + 1);
         let mut at = 0;
         for (range, json) in &replaced {
-            parts.push(self.raw.slice(at..range.start));
-            parts.push(Bytes::copy_from_slice(json.as_bytes()));
+            out.push(self.raw.slice(at..range.start));
+            out.push(Bytes::copy_from_slice(json.as_bytes()));
             at = range.end;
         }
-        parts.push(self.raw.slice(at..));
-        Some(OutBody::from_parts(parts))
+        out.push(self.raw.slice(at..));
+        Some(out)
     }
 
     /// The whole body as a tree, parsed once on first use; empty when the bytes cannot make

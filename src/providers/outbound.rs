@@ -91,10 +91,17 @@ pub struct OutBody {
 }
 
 impl OutBody {
-    /// The parts in order; empty ones are left out.
-    pub fn from_parts(parts: impl IntoIterator<Item = Bytes>) -> OutBody {
+    /// Room for `parts` parts before it grows.
+    pub fn with_capacity(parts: usize) -> OutBody {
         OutBody {
-            parts: parts.into_iter().filter(|part| !part.is_empty()).collect(),
+            parts: VecDeque::with_capacity(parts),
+        }
+    }
+
+    /// Adds `part` at the end, unless it is empty.
+    pub fn push(&mut self, part: Bytes) {
+        if !part.is_empty() {
+            self.parts.push_back(part);
         }
     }
 
@@ -125,7 +132,9 @@ impl OutBody {
 
 impl From<Bytes> for OutBody {
     fn from(bytes: Bytes) -> OutBody {
-        OutBody::from_parts([bytes])
+        let mut body = OutBody::with_capacity(1);
+        body.push(bytes);
+        body
     }
 }
 
