@@ -379,5 +379,6 @@ impl<'de> Visitor<'de> for NameVisitor {
 }
 
 mod scan;
+mod specials;
 #[cfg(test)]
 mod tests;
