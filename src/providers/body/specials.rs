@@ -1,9 +1,10 @@
 //! Where a string's next `"`, `\` or raw control byte lies, from bit masks of the whole body.
 //!
 //! A chat body's strings are cut into short runs by `\n` and `\"` escapes (in the bench's
-//! conversation with code in it, a quote or backslash every 46 bytes). Searching each run with
-//! `memchr2` paid the call's setup on every run. Here one vectorised pass classifies the body 64 bytes at a time into
-//! one bit mask per block, and every special byte is then a `trailing_zeros` away.
+//! conversation with code in it, a quote or backslash every 46 bytes). Searching each run
+//! with `memchr2` paid the call's setup on every run. Here one vectorised pass classifies the
+//! body 64 bytes at a time into one bit mask per block, and every special byte is then a
+//! `trailing_zeros` away.
 
 const BLOCK: usize = 64;
 
