@@ -30,6 +30,7 @@ RATIO_C64 = 0.40  # gateway req/s ÷ direct req/s at c=64, 4 KB body
 TTFB_ADDED_US = 50.0  # stream: added time to first byte at c=1
 CPU_PER_EVENT_US = 1.0  # stream: gateway CPU per forwarded event
 STREAMS_RSS_MB = 40.0  # gateway RSS with 1,000 streams open
+TARGET_STREAMS = 1000  # the stream count STREAMS_RSS_MB is defined at
 STARTUP_MS = 50.0  # start to first answer
 
 # Above this many CPUs of other work during a phase, the report warns that it is skewed.
@@ -192,7 +193,9 @@ def main():
         per_event = max(r["gateway"]["gateway_cpu_us_per_req"] for r in stream_rows) / max(args.events, 1)
         check("CPU per forwarded event", f"<= {CPU_PER_EVENT_US:g} µs", f"{per_event:.2f} µs (whole request ÷ events)", per_event <= CPU_PER_EVENT_US)
     check("stream TTFB added at c=1", f"<= {TTFB_ADDED_US / 1e3:g} ms", f"{ttfb_added / 1e3:.3f} ms", ttfb_added <= TTFB_ADDED_US)
-    check(f"RSS, {streams['streams']:,} open streams", f"<= {STREAMS_RSS_MB:g} MB", f"{streams_mb:.1f} MB", streams_mb <= STREAMS_RSS_MB)
+    # The target is defined at 1,000 streams; fewer would meet it for the wrong reason.
+    if streams["streams"] >= TARGET_STREAMS:
+        check(f"RSS, {streams['streams']:,} open streams", f"<= {STREAMS_RSS_MB:g} MB", f"{streams_mb:.1f} MB", streams_mb <= STREAMS_RSS_MB)
     if startup:
         check("start to first answer", f"<= {STARTUP_MS:g} ms", f"{startup['median_ms']:.1f} ms", startup["median_ms"] <= STARTUP_MS)
     w("Targets (reported, not asserted):")
