@@ -423,3 +423,52 @@ pub fn log_row(record: &RequestRecord) -> LogRow {
         error: record.error.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: usize) -> Entry {
+        Entry {
+            record: RequestRecord::new(format!("r{id}"), false),
+            ack: None,
+        }
+    }
+
+    fn queue(records: usize) -> (mpsc::Sender<Entry>, mpsc::Receiver<Entry>) {
+        let (sender, receiver) = mpsc::channel(BATCH * 2);
+        for id in 0..records {
+            sender.try_send(entry(id)).unwrap();
+        }
+        (sender, receiver)
+    }
+
+    #[test]
+    fn drain_takes_what_is_queued_up_to_a_batch() {
+        let (_sender, mut receiver) = queue(BATCH + 10);
+        let mut entries = vec![entry(0)];
+        assert!(drain(&mut receiver, &mut entries));
+        assert_eq!(entries.len(), BATCH);
+        // The rest waits for the next batch.
+        entries.clear();
+        assert!(drain(&mut receiver, &mut entries));
+        assert_eq!(entries.len(), 11);
+    }
+
+    #[test]
+    fn drain_of_a_closed_queue_keeps_its_records_and_says_closed() {
+        let (sender, mut receiver) = queue(3);
+        drop(sender);
+        let mut entries = Vec::new();
+        assert!(!drain(&mut receiver, &mut entries));
+        assert_eq!(entries.len(), 3);
+    }
+
+    #[test]
+    fn drain_of_an_open_empty_queue_waits_for_nothing() {
+        let (_sender, mut receiver) = queue(0);
+        let mut entries = Vec::new();
+        assert!(drain(&mut receiver, &mut entries));
+        assert!(entries.is_empty());
+    }
+}
