@@ -72,23 +72,55 @@ pub async fn serve(
         body_timeout: timeouts.body,
         peer,
     };
-    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
+    let mut connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     let watchdog = activity.expiry(timeouts);
     tokio::pin!(watchdog);
     let mut draining = false;
-    loop {
+    let served = loop {
         tokio::select! {
-            _ = connection.as_mut() => return,
+            served = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => {
+                break served;
+            }
             // Dropping the connection closes the socket; no answer is owed to a client
             // that sent no whole request.
             () = watchdog.as_mut() => return,
             _ = stop.wait_for(|stop| *stop), if !draining => {
                 draining = true;
-                connection.as_mut().graceful_shutdown();
+                Pin::new(&mut connection).graceful_shutdown();
             }
         }
+    };
+    if served.is_ok() && !draining {
+        linger(connection.into_parts().io.into_inner()).await;
     }
+}
+
+/// How long a closing connection keeps taking what its client still sends.
+const LINGER: Duration = Duration::from_secs(5);
+/// The most a closing connection takes from its client before it gives up on it.
+const LINGER_BYTES: usize = 64 * 1024 * 1024;
+
+/// Closes a connection the server is done with in the way a client can read: the end of the
+/// answer (FIN) first, then whatever the client still sends is read and dropped until it
+/// closes too. Closing with unread bytes would reset the connection instead, and a client
+/// still uploading a body refused on its head (a 413) would get a broken pipe, not the 413;
+/// nginx does the same ("lingering close"). A client that was idle closes at once.
+async fn linger(mut stream: ClientStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if stream.shutdown().await.is_err() {
+        return;
+    }
+    let mut scratch = vec![0; 16 * 1024];
+    let drain = async {
+        let mut taken = 0;
+        while taken < LINGER_BYTES {
+            match stream.read(&mut scratch).await {
+                Ok(0) | Err(_) => return,
+                Ok(read) => taken += read,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
 }
 
 /// Answers one request on a connection over the cap: `/healthz` still, anything else a 503

@@ -211,3 +211,38 @@ async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() 
     assert!(anthropic.contains("\"type\":\"error\""), "{anthropic}");
     assert_eq!(fake.calls(), 0);
 }
+
+/// A client that sends its whole body before it reads (as Python's `http.client` and most
+/// simple clients do) gets the 413, not a broken pipe: the gateway answers on the head, then
+/// takes and drops the rest of the body before it closes ("lingering close").
+#[tokio::test]
+async fn a_client_that_sends_its_whole_refused_body_still_reads_the_413() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_body_bytes = 1024\n{}{}",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    // Far more than the socket buffers hold, so the upload is still going when the 413 is
+    // written: closing on it then resets the connection.
+    let length = 16 * 1024 * 1024;
+    let mut stream = TcpStream::connect(gateway.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         content-length: {length}\r\n\r\n"
+    );
+    let exchange = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(&vec![b' '; length]).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    let answer = tokio::time::timeout(BOUND, exchange)
+        .await
+        .expect("answered within the bound")
+        .expect("the whole body was taken and the answer read");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(fake.calls(), 0);
+}
