@@ -208,6 +208,8 @@ pub struct ServerConfig {
     pub max_upstream_body_bytes: usize,
     /// The longest single upstream stream event read; longer is a failed attempt.
     pub max_sse_event_bytes: usize,
+    /// Threads serving client connections; `None` is one for each core the process may use.
+    pub threads: Option<usize>,
 }
 
 #[derive(Clone, Debug)]

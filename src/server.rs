@@ -19,6 +19,7 @@ mod readiness;
 pub mod reload;
 mod responses;
 mod scorecard;
+mod shards;
 mod spend;
 mod startup;
 mod stream;
@@ -57,6 +58,7 @@ use crate::router::upstream::{ClientError, UpstreamClient};
 use crate::store::{LimitOverrides, Store, StoreError};
 use crate::telemetry::{Telemetry, TelemetryWriter};
 pub use reload::{Live, ReloadError, Reloaded};
+use shards::Shards;
 
 /// Everything a request needs; cheap to clone. It holds the config snapshot that was live
 /// when the request began ([`Live`]), so a reload never changes a request half way through.
@@ -161,6 +163,8 @@ pub enum StartError {
     Client(#[from] ClientError),
     #[error("cannot listen: {0}")]
     Listen(#[from] std::io::Error),
+    #[error("cannot start the serving threads: {0}")]
+    Threads(std::io::Error),
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
     #[error("invalid [limits] redis_url: {0}")]
@@ -481,6 +485,7 @@ async fn serve_state(
             listener::Capacity::for_admin(),
             Arc::new(tokio::sync::watch::Sender::new(0)),
             state.clone(),
+            None,
             stopped.clone(),
         ))
     });
@@ -490,7 +495,11 @@ async fn serve_state(
         "serving at most this many client connections at once"
     );
     let open = state.open_connections.clone();
-    listener::serve(listener, app(state.clone()), capacity, open, state, stopped).await;
+    let threads = state.config().server.threads;
+    let shards = Shards::start_or_per_core(threads).map_err(StartError::Threads)?;
+    let app = app(state.clone());
+    listener::serve(listener, app, capacity, open, state, Some(&shards), stopped).await;
+    shards.stop().await;
     if let Some(admin_server) = admin_server {
         let _ = admin_server.await;
     }

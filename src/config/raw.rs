@@ -118,6 +118,7 @@ pub struct RawServer {
     pub shutdown_grace: Option<String>,
     pub max_upstream_body_bytes: Option<u64>,
     pub max_sse_event_bytes: Option<u64>,
+    pub threads: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

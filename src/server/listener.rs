@@ -2,6 +2,7 @@
 //! with a 503, and a shutdown that drains within `shutdown_grace` whatever clients do. Each
 //! request carries its connection's peer address for the handlers that need it.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,12 +10,14 @@ use axum::Router;
 use axum::extract::FromRequestParts;
 use axum::extract::connect_info::ConnectInfo;
 use axum::http::request::Parts;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::AppState;
 use super::connection::{self, ClientStream, Timeouts};
+use super::shards::{Placed, Shards};
 
 /// Descriptors kept for everything but client and upstream sockets: the listeners, the
 /// store, the runtime, logs.
@@ -93,13 +96,14 @@ fn descriptor_limit() -> Option<u64> {
 
 /// Serves `listener` until `stop` turns true, then drains: idle connections close, requests
 /// in flight get `shutdown_grace`, then streams are told to end, then whatever is left is
-/// dropped.
+/// dropped. Connections are served on `shards` when given, else on this runtime.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     capacity: Capacity,
     open: Arc<watch::Sender<usize>>,
     state: AppState,
+    shards: Option<&Shards>,
     mut stop: watch::Receiver<bool>,
 ) {
     let timeouts = Timeouts::new(
@@ -142,18 +146,23 @@ pub async fn serve(
                 continue;
             }
         };
-        let stream = ClientStream::new(stream, open.clone());
-        let (router, stop) = (router.clone(), stop.clone());
+        let Some(stream) = Accepted::new(stream, shards) else {
+            room = Some(waiting);
+            continue;
+        };
+        let (router, stop, open) = (router.clone(), stop.clone(), open.clone());
         if let Ok(slot) = slots.clone().try_acquire_owned() {
             drop(waiting);
-            connections.spawn(async move {
+            stream.spawn(&mut connections, move |stream| async move {
+                let stream = ClientStream::new(stream, open);
                 connection::serve(stream, peer, router, timeouts, stop).await;
                 drop(slot);
             });
             continue;
         }
         let (slots, telemetry) = (slots.clone(), state.telemetry.clone());
-        connections.spawn(async move {
+        stream.spawn(&mut connections, move |stream| async move {
+            let stream = ClientStream::new(stream, open);
             let slot = tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await;
             match slot {
                 Ok(Ok(slot)) => {
@@ -170,6 +179,57 @@ pub async fn serve(
     }
     drop(listener);
     drain(connections, &state).await;
+}
+
+/// An accepted socket, and where it will be served.
+enum Accepted<'a> {
+    Here(TcpStream),
+    /// Taken off this runtime's reactor, to join the shard's.
+    OnShard(std::net::TcpStream, &'a Handle, Placed),
+}
+
+impl<'a> Accepted<'a> {
+    fn new(stream: TcpStream, shards: Option<&'a Shards>) -> Option<Accepted<'a>> {
+        let Some(shards) = shards else {
+            return Some(Accepted::Here(stream));
+        };
+        match stream.into_std() {
+            Ok(stream) => {
+                let (shard, placed) = shards.place();
+                Some(Accepted::OnShard(stream, shard, placed))
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot hand a connection to a serving thread");
+                None
+            }
+        }
+    }
+
+    /// Runs `serve` with the socket, on the runtime chosen for it.
+    fn spawn<F>(
+        self,
+        connections: &mut JoinSet<()>,
+        serve: impl FnOnce(TcpStream) -> F + Send + 'static,
+    ) where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        match self {
+            Accepted::Here(stream) => {
+                connections.spawn(serve(stream));
+            }
+            Accepted::OnShard(stream, shard, placed) => {
+                let task = async move {
+                    // Registers the socket with the shard's reactor: this runs there.
+                    match TcpStream::from_std(stream) {
+                        Ok(stream) => serve(stream).await,
+                        Err(error) => tracing::warn!(%error, "cannot serve a connection"),
+                    }
+                    drop(placed);
+                };
+                connections.spawn_on(task, shard);
+            }
+        }
+    }
 }
 
 async fn all_closed(connections: &mut JoinSet<()>) {

@@ -19,6 +19,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_MAX_UPSTREAM_BODY_BYTES: u64 = 32 * 1024 * 1024;
 /// Larger than any real event; a longer one means the upstream is not speaking SSE.
 pub const DEFAULT_MAX_SSE_EVENT_BYTES: u64 = 4 * 1024 * 1024;
+/// More serving threads than any machine's cores is a typo, not a tuning.
+const MAX_THREADS: usize = 1024;
 
 pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
     let fallback: SocketAddr = ([127, 0, 0, 1], 8080).into();
@@ -44,6 +46,16 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
     if raw.max_connections == Some(0) {
         errors.add("server.max_connections", "must be greater than 0");
     }
+    let threads = raw.threads.and_then(|n| match usize::try_from(n) {
+        Ok(n @ 1..=MAX_THREADS) => Some(n),
+        _ => {
+            errors.add(
+                "server.threads",
+                format!("must be between 1 and {MAX_THREADS}"),
+            );
+            None
+        }
+    });
     let mut duration = |field: &str, value: Option<String>, default: Duration| {
         let value = errors.duration(field, value.as_deref(), default);
         if value.is_zero() {
@@ -86,6 +98,7 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
         shutdown_grace,
         max_upstream_body_bytes,
         max_sse_event_bytes,
+        threads,
     }
 }
 
@@ -105,6 +118,20 @@ mod tests {
         assert_eq!(server.max_connections, None);
         assert_eq!(server.max_upstream_body_bytes, 32 * 1024 * 1024);
         assert_eq!(server.max_sse_event_bytes, 4 * 1024 * 1024);
+        assert_eq!(server.threads, None);
+    }
+
+    #[test]
+    fn threads_are_counted_from_one() {
+        let server = Config::parse("[server]\nthreads = 3\n").unwrap().server;
+        assert_eq!(server.threads, Some(3));
+        for threads in ["0", "100000"] {
+            let text = format!("[server]\nthreads = {threads}\n");
+            let Err(crate::config::ConfigError::Invalid(errors)) = Config::parse(&text) else {
+                panic!("threads = {threads} is accepted");
+            };
+            assert_eq!(errors[0].field, "server.threads");
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! reqwest parsed each URL three times and moved large futures through its tower layers
 //! for redirect and retry policies the gateway turns off anyway.
 
-use std::sync::Arc;
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
@@ -29,12 +30,23 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 const TCP_KEEPALIVE_RETRIES: u32 = 3;
 
-/// Sends upstream requests over a shared pool of keep-alive connections, http or https.
+/// Sends upstream requests over pools of keep-alive connections, http or https: one pool for
+/// each thread that sends, so a connection's task runs on the thread of the requests that use
+/// it (a serving shard's, `server::shards`) and waking it is never a cross-thread wake.
 /// It never follows a redirect: a 3xx comes back as an answer, which `router::classify`
 /// counts as a failed attempt (a redirect would carry the key to whatever origin it names).
 #[derive(Clone)]
 pub struct UpstreamClient {
-    inner: Client<HttpsConnector<HttpConnector>, OutBody>,
+    /// What each thread's pool connects with; its address is the client's identity.
+    connector: Arc<Connector>,
+}
+
+type Connector = HttpsConnector<HttpConnector>;
+type Pool = Client<Connector, OutBody>;
+
+thread_local! {
+    /// This thread's pools, one for each live client (a test process runs several gateways).
+    static POOLS: RefCell<Vec<(Weak<Connector>, Pool)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Why the client could not be built.
@@ -112,13 +124,37 @@ impl UpstreamClient {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let inner = Client::builder(TokioExecutor::new())
+        Ok(UpstreamClient {
+            connector: Arc::new(connector),
+        })
+    }
+
+    /// Runs `use_pool` with this thread's pool of this client's connections, made on first use.
+    fn with_pool<R>(&self, use_pool: impl FnOnce(&Pool) -> R) -> R {
+        let identity = Arc::as_ptr(&self.connector);
+        POOLS.with_borrow_mut(|pools| {
+            // A `Weak` keeps its allocation, so a live entry's address is never reused.
+            let mine = |(connector, _): &&(Weak<Connector>, Pool)| {
+                std::ptr::eq(connector.as_ptr(), identity)
+            };
+            if let Some((_, pool)) = pools.iter().find(mine) {
+                return use_pool(pool);
+            }
+            pools.retain(|(connector, _)| connector.strong_count() > 0);
+            let pool = self.new_pool();
+            let used = use_pool(&pool);
+            pools.push((Arc::downgrade(&self.connector), pool));
+            used
+        })
+    }
+
+    fn new_pool(&self) -> Pool {
+        Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-            .build(connector);
-        Ok(UpstreamClient { inner })
+            .build(Connector::clone(&self.connector))
     }
 
     /// Sends `request`, resolving when the answer's head has arrived.
@@ -134,7 +170,9 @@ impl UpstreamClient {
         *outgoing.method_mut() = request.method;
         *outgoing.uri_mut() = uri;
         *outgoing.headers_mut() = request.headers;
-        Ok(self.inner.request(outgoing).await?)
+        // The future owns what it needs: the pool is not borrowed across the await.
+        let answer = self.with_pool(|pool| pool.request(outgoing));
+        Ok(answer.await?)
     }
 }
 
