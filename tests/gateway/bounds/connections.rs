@@ -295,3 +295,37 @@ async fn a_client_that_never_reads_its_stream_is_let_go() {
     assert!(let_go.await.is_ok(), "the connection is held forever");
     drop(stream);
 }
+
+/// The names of the process's threads (`/proc/<pid>/task/*/comm`, cut at 15 characters).
+fn thread_names(pid: u32) -> Vec<String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process is alive");
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn connections_are_served_on_as_many_threads_as_configured() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = Spawned::start("threads = 3", &upstream_config(&fake), None);
+    // Clients of their own, so each request comes on a connection of its own.
+    let requests = (0..6).map(|_| {
+        let url = format!("{}/v1/chat/completions", gateway.url());
+        async move {
+            let response = patient_client(BOUND)
+                .post(url)
+                .json(&chat("r"))
+                .send()
+                .await
+                .expect("answered");
+            assert_eq!(response.status(), 200);
+        }
+    });
+    futures_util::future::join_all(requests).await;
+    let serving = thread_names(gateway.pid())
+        .into_iter()
+        .filter(|name| name.starts_with("switchyard-serv"))
+        .count();
+    assert_eq!(serving, 3, "{:?}", thread_names(gateway.pid()));
+}
