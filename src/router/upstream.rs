@@ -28,7 +28,9 @@ use crate::providers::{
 /// An upstream body as a stream of byte chunks.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
 
-pub use client::{ClientError, TransportError, UpstreamClient, UpstreamResponse};
+pub use client::{
+    ClientError, TransportError, UpstreamClient, UpstreamResponse, drop_this_threads_pools,
+};
 
 /// A whole answer that served, in the client's format.
 pub struct JsonReply {

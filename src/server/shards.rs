@@ -12,9 +12,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+
+use crate::router::upstream::drop_this_threads_pools;
 
 /// The serving runtimes.
 pub struct Shards {
@@ -93,6 +96,24 @@ impl Shards {
     }
 }
 
+/// How long a stopping shard waits for the work its requests left behind.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(1);
+/// How often it looks.
+const LEFTOVER_CHECK: Duration = Duration::from_millis(5);
+
+/// Lets what finished requests spawned on this runtime finish (the release of a rate-limit
+/// slot in Redis, the charge of its tokens), for a moment at most: dropping the runtime drops
+/// such tasks unrun. Its connections are all closed by then; the idle upstream ones go first,
+/// as their tasks would otherwise live as long as the pool.
+async fn finish_leftovers() {
+    drop_this_threads_pools();
+    let metrics = Handle::current().metrics();
+    let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
+    while metrics.num_alive_tasks() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(LEFTOVER_CHECK).await;
+    }
+}
+
 impl Shard {
     fn start(index: usize) -> std::io::Result<Shard> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -103,8 +124,11 @@ impl Shard {
         let thread = std::thread::Builder::new()
             .name(format!("switchyard-serve-{index}"))
             .spawn(move || {
-                // Either a stop or the sender dropped ends it.
-                let _ = runtime.block_on(stopped);
+                runtime.block_on(async {
+                    // Either a stop or the sender dropped ends it.
+                    let _ = stopped.await;
+                    finish_leftovers().await;
+                });
             })?;
         Ok(Shard {
             handle,
@@ -131,6 +155,22 @@ mod tests {
         assert_eq!(third.id(), first, "the first shard is idle again");
         drop(b);
         shards.stop().await;
+    }
+
+    #[tokio::test]
+    async fn stopping_lets_the_work_requests_left_behind_finish() {
+        let shards = Shards::start(1).unwrap();
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (handle, placed) = shards.place();
+        let done = finished.clone();
+        // As a permit's release is: spawned as the request ends, and still running.
+        handle.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            done.store(true, Ordering::SeqCst);
+        });
+        drop(placed);
+        shards.stop().await;
+        assert!(finished.load(Ordering::SeqCst));
     }
 
     #[tokio::test]

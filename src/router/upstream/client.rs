@@ -98,6 +98,12 @@ impl TransportError {
     }
 }
 
+/// Drops this thread's pools: their idle connections close, and the tasks that served them end.
+pub fn drop_this_threads_pools() {
+    let pools = POOLS.with_borrow_mut(std::mem::take);
+    drop(pools);
+}
+
 impl UpstreamClient {
     /// A client whose connects give up after `connect_timeout`. TLS trusts what the platform
     /// trusts (rustls-platform-verifier), through the crypto provider installed at start.
