@@ -187,8 +187,9 @@ async fn answer_to_a_promise(
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-#[tokio::test]
-async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() {
+/// A gateway in front of one fake that refuses request bodies over 1 KiB.
+async fn one_step_with_a_1_kib_body_cap()
+-> (switchyard::fake::FakeHandle, switchyard::server::Gateway) {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = gateway(&format!(
         "[server]\nmax_body_bytes = 1024\n{}{}",
@@ -196,6 +197,12 @@ async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() 
         route("r", &[("up", "m")], "")
     ))
     .await;
+    (fake, gateway)
+}
+
+#[tokio::test]
+async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() {
+    let (fake, gateway) = one_step_with_a_1_kib_body_cap().await;
     let openai = answer_to_a_promise(&gateway, "/v1/chat/completions", 1_000_000).await;
     assert!(openai.starts_with("HTTP/1.1 413"), "{openai}");
     assert!(openai.contains("\"code\":\"body_too_large\""), "{openai}");
@@ -217,13 +224,7 @@ async fn a_declared_content_length_over_max_body_bytes_is_refused_on_the_head() 
 /// takes and drops the rest of the body before it closes ("lingering close").
 #[tokio::test]
 async fn a_client_that_sends_its_whole_refused_body_still_reads_the_413() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "[server]\nmax_body_bytes = 1024\n{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let (fake, gateway) = one_step_with_a_1_kib_body_cap().await;
     // Far more than the socket buffers hold, so the upload is still going when the 413 is
     // written: closing on it then resets the connection.
     let length = 16 * 1024 * 1024;
