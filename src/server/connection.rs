@@ -91,7 +91,7 @@ pub async fn serve(
         }
     };
     if served.is_ok() && !draining {
-        linger(connection.into_parts().io.into_inner()).await;
+        linger(connection.into_parts().io.into_inner(), stop).await;
     }
 }
 
@@ -104,8 +104,9 @@ const LINGER_BYTES: usize = 64 * 1024 * 1024;
 /// answer (FIN) first, then whatever the client still sends is read and dropped until it
 /// closes too. Closing with unread bytes would reset the connection instead, and a client
 /// still uploading a body refused on its head (a 413) would get a broken pipe, not the 413;
-/// nginx does the same ("lingering close"). A client that was idle closes at once.
-async fn linger(mut stream: ClientStream) {
+/// nginx does the same ("lingering close"). A client that was idle closes at once; shutdown
+/// does not wait for one that is not.
+async fn linger(mut stream: ClientStream, mut stop: watch::Receiver<bool>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if stream.shutdown().await.is_err() {
         return;
@@ -120,7 +121,10 @@ async fn linger(mut stream: ClientStream) {
             }
         }
     };
-    let _ = tokio::time::timeout(LINGER, drain).await;
+    tokio::select! {
+        _ = tokio::time::timeout(LINGER, drain) => {}
+        _ = stop.wait_for(|stop| *stop) => {}
+    }
 }
 
 /// Answers one request on a connection over the cap: `/healthz` still, anything else a 503

@@ -77,7 +77,8 @@ impl Shards {
         (&least.handle, placed)
     }
 
-    /// Ends every runtime (tasks still on one are dropped) and waits for its thread.
+    /// Ends every runtime and waits for its thread: each first gives what its requests left
+    /// behind a moment to finish (`finish_leftovers`), then drops whatever is still there.
     pub async fn stop(self) {
         let threads: Vec<_> = std::iter::once(self.first)
             .chain(self.rest)

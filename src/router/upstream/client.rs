@@ -100,6 +100,7 @@ impl TransportError {
 
 /// Drops this thread's pools: their idle connections close, and the tasks that served them end.
 pub fn drop_this_threads_pools() {
+    // Taken out first, so no pool's drop runs while the thread-local is borrowed.
     let pools = POOLS.with_borrow_mut(std::mem::take);
     drop(pools);
 }
