@@ -66,23 +66,36 @@ write_gateway_config "$GW_PORT"
 gateway_env=(SWITCHYARD_MASTER_KEY="$(master_key)" NO_COLOR=1)
 # At its default log level unless told, as users run it (one line per request, off the path).
 [[ -n ${BENCH_GATEWAY_LOG:-} ]] && gateway_env+=(SWITCHYARD_LOG="$BENCH_GATEWAY_LOG")
-env "${gateway_env[@]}" valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.out.%p" \
+# One profile per thread, so the threads serving connections are counted apart from the log
+# writer, whose batches (and so its cost per request) vary from run to run under callgrind.
+env "${gateway_env[@]}" valgrind --tool=callgrind --separate-threads=yes \
+    --callgrind-out-file="$WORK/callgrind.out.%p" \
     "$BIN" serve --config "$WORK/gateway.toml" >"$WORK/gateway.out" 2>"$WORK/gateway.err" &
 GW_PID=$!
 PIDS+=("$GW_PID")
 wait_for_port "$GW_PORT" "$GW_PID" 300
 log "gateway under callgrind (pid $GW_PID) on 127.0.0.1:$GW_PORT"
 
-# The newest dump's total instruction count ("totals:" line of the last dump file).
-dump_total() {
+# Dumps the counters; prints the instructions of every thread, then of the threads that serve
+# connections (`switchyard-serve-N`: the only threads running a single-threaded runtime).
+dump_totals() {
     callgrind_control -d "$GW_PID" >/dev/null
-    local file
-    file=$(ls -t "$WORK"/callgrind.out.* | head -n 1)
-    awk '/^(totals|summary):/ { print $2; exit }' "$file"
+    local file all=0 serving=0 total dump
+    # Dumps are numbered from 1; each thread's lands in callgrind.out.PID.DUMP-THREAD.
+    dump=$(ls "$WORK" | sed -n "s/^callgrind\.out\.$GW_PID\.\([0-9]*\)-.*/\1/p" | sort -n | tail -n 1)
+    for file in "$WORK"/callgrind.out."$GW_PID"."$dump"-*; do
+        total=$(awk '/^(totals|summary):/ { print $2; exit }' "$file")
+        [[ $total =~ ^[0-9]+$ ]] || continue
+        all=$((all + total))
+        if grep -q 'scheduler::current_thread::Context::run_task' "$file"; then
+            serving=$((serving + total))
+        fi
+    done
+    echo "$all $serving"
 }
 
 URL=http://127.0.0.1:$GW_PORT/v1/chat/completions
-printf '%-22s %10s %16s %18s\n' scenario requests "instr/request" "instr/event"
+printf '%-22s %10s %16s %18s %16s\n' scenario requests "instr/request" "instr/event" "serving/request"
 # scenario NAME BODY_FILE [--stream]
 scenario() {
     local name=$1 body=$2 stream=${3:-}
@@ -92,14 +105,15 @@ scenario() {
     local events
     events=$(python3 bench/send.py "$URL" "$body" "$INSTR_REQUESTS" $stream)
     sleep 1 # the writer's batch for these requests belongs to them
-    local total per_request per_event=-
-    total=$(dump_total)
-    [[ $total =~ ^[0-9]+$ ]] || die "no instruction total for $name"
+    local total serving per_request per_event=-
+    read -r total serving < <(dump_totals)
+    [[ $total =~ ^[0-9]+$ && $total -gt 0 ]] || die "no instruction total for $name"
     per_request=$((total / INSTR_REQUESTS))
     if [[ -n $stream ]]; then per_event=$((total / events)); fi
-    printf '%-22s %10d %16d %18s\n' "$name" "$INSTR_REQUESTS" "$per_request" "$per_event"
-    [[ -n ${INSTR_JSON:-} ]] && printf '{"scenario":"%s","requests":%d,"instructions":%d,"per_request":%d,"per_event":"%s"}\n' \
-        "$name" "$INSTR_REQUESTS" "$total" "$per_request" "$per_event" >>"$INSTR_JSON"
+    printf '%-22s %10d %16d %18s %16d\n' "$name" "$INSTR_REQUESTS" "$per_request" "$per_event" \
+        "$((serving / INSTR_REQUESTS))"
+    [[ -n ${INSTR_JSON:-} ]] && printf '{"scenario":"%s","requests":%d,"instructions":%d,"serving":%d,"per_request":%d,"per_event":"%s"}\n' \
+        "$name" "$INSTR_REQUESTS" "$total" "$serving" "$per_request" "$per_event" >>"$INSTR_JSON"
     return 0
 }
 

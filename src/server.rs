@@ -6,6 +6,7 @@
 pub mod admin;
 mod admission;
 mod chat;
+mod client_api;
 mod completions;
 mod connection;
 mod degraded;
@@ -343,16 +344,17 @@ fn shared_breakers(config: &Config, telemetry: &Telemetry) -> Result<Arc<Health>
     Ok(health)
 }
 
-/// The whole HTTP surface, for `run` and for tests that drive it directly. The admin API
-/// is part of it unless `[server] admin_listen` gives it an address of its own.
+/// The HTTP surface beside the client API's POST endpoints, which the connection serves
+/// before the router ([`client_api`]). The admin API is part of it unless `[server]
+/// admin_listen` gives it an address of its own.
 pub fn app(state: AppState) -> Router {
-    let routes = Router::new()
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/messages", post(messages::messages))
-        .route("/v1/messages/count_tokens", post(messages::count_tokens))
-        .route("/v1/completions", post(completions::completions))
-        .route("/v1/embeddings", post(embeddings::embeddings))
-        .route("/v1/responses", post(responses::create))
+    let mut routes = Router::new();
+    // Their POSTs never reach the router; the routes are here so that other methods get its
+    // 405 rather than a 404.
+    for path in client_api::PATHS {
+        routes = routes.route(path, axum::routing::MethodRouter::new());
+    }
+    let routes = routes
         .route(
             "/v1/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
@@ -481,7 +483,7 @@ async fn serve_state(
     let admin_server = admin.map(|admin| {
         tokio::spawn(listener::serve(
             admin,
-            admin_app(state.clone()),
+            connection::Service::router(admin_app(state.clone())),
             listener::Capacity::for_admin(),
             Arc::new(tokio::sync::watch::Sender::new(0)),
             state.clone(),
@@ -497,8 +499,17 @@ async fn serve_state(
     let open = state.open_connections.clone();
     let threads = state.config().server.threads;
     let shards = Shards::start_or_per_core(threads).map_err(StartError::Threads)?;
-    let app = app(state.clone());
-    listener::serve(listener, app, capacity, open, state, Some(&shards), stopped).await;
+    let service = connection::Service::with_client_api(app(state.clone()), state.server());
+    listener::serve(
+        listener,
+        service,
+        capacity,
+        open,
+        state,
+        Some(&shards),
+        stopped,
+    )
+    .await;
     shards.stop().await;
     if let Some(admin_server) = admin_server {
         let _ = admin_server.await;

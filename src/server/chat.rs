@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::AppState;
 use super::admission;
-use super::connection::is_body_timeout;
+use super::client_api::BodyError;
 use super::degraded;
 use super::error::ApiError;
 use super::listener::ClientAddr;
@@ -54,27 +53,18 @@ pub(super) struct Endpoint {
     pub check: fn(&RequestBody) -> Result<bool, ApiError>,
 }
 
-const CHAT: Endpoint = Endpoint {
+pub(super) const CHAT: Endpoint = Endpoint {
     format: ClientFormat::OpenAi,
     operation: Operation::Chat,
     check: check_chat,
 };
-
-pub async fn chat_completions(
-    State(state): State<AppState>,
-    peer: ClientAddr,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(&state, peer, &headers, body, &CHAT).await
-}
 
 /// Checks a request on `endpoint`, routes it, and answers in the endpoint's format.
 pub(super) async fn handle(
     state: &AppState,
     peer: ClientAddr,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, BodyError>,
     endpoint: &Endpoint,
 ) -> Response {
     let id = uuid::Uuid::now_v7().to_string();
@@ -100,7 +90,7 @@ async fn serve(
     state: &AppState,
     peer: ClientAddr,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, BodyError>,
     endpoint: &Endpoint,
     mut guard: RecordGuard,
     id: String,
@@ -200,15 +190,15 @@ pub(super) fn stream_flag(request: &RequestBody) -> Result<bool, ApiError> {
 fn prepare(
     state: &AppState,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, BodyError>,
     endpoint: &Endpoint,
 ) -> Result<Prepared, ApiError> {
-    let body = body.map_err(|rejection| match rejection.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge {
+    let body = body.map_err(|error| match error {
+        BodyError::TooLarge => ApiError::BodyTooLarge {
             limit: state.config().server.max_body_bytes,
         },
-        _ if is_body_timeout(&rejection) => ApiError::BodyTimeout,
-        _ => ApiError::InvalidJson(rejection.body_text()),
+        BodyError::Timeout => ApiError::BodyTimeout,
+        BodyError::Unreadable(why) => ApiError::InvalidJson(why),
     })?;
     // Only the fields the gateway reads are parsed; the rest stays the client's bytes.
     let request = RequestBody::parse(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
@@ -563,16 +553,27 @@ pub(super) async fn refuse_declared_oversize(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    match refuse_oversize_declared(&state, request.headers(), request.uri().path()) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
+}
+
+/// The answer to a request whose declared length is over `[server] max_body_bytes`, if so.
+pub(super) fn refuse_oversize_declared(
+    state: &AppState,
+    headers: &HeaderMap,
+    path: &str,
+) -> Option<Response> {
     let limit = state.config().server.max_body_bytes;
-    let declared = request
-        .headers()
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_none_or(|length| length <= limit as u64) {
-        return next.run(request).await;
+        return None;
     }
-    let format = if request.uri().path().starts_with("/v1/messages") {
+    let format = if path.starts_with("/v1/messages") {
         ClientFormat::Anthropic
     } else {
         ClientFormat::OpenAi
@@ -586,7 +587,7 @@ pub(super) async fn refuse_declared_oversize(
     response
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    response
+    Some(response)
 }
 
 /// Refuses a request whose caller is unknown: with its own log row while its address has

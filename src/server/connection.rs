@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
+use axum::extract::FromRef;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -30,7 +30,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 
-use super::listener::Peer;
+use super::listener::{ClientAddr, Peer};
+use super::{AppState, ServerState, client_api};
 use crate::providers::{self, ClientFormat};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord, Telemetry};
 
@@ -57,17 +58,45 @@ impl Timeouts {
     }
 }
 
+/// What a connection's requests are served by.
+#[derive(Clone)]
+pub struct Service {
+    router: Router,
+    /// The client API's POST endpoints, served without the router ([`client_api`]); not on
+    /// the admin listener.
+    client_api: Option<ServerState>,
+}
+
+impl Service {
+    /// Everything through `router`.
+    pub fn router(router: Router) -> Service {
+        Service {
+            router,
+            client_api: None,
+        }
+    }
+
+    /// The client API's POST endpoints served directly, the rest through `router`.
+    pub fn with_client_api(router: Router, state: ServerState) -> Service {
+        Service {
+            router,
+            client_api: Some(state),
+        }
+    }
+}
+
 /// Serves one connection until it closes, a timeout ends it, or shutdown drains it.
 pub async fn serve(
     stream: ClientStream,
     peer: Peer,
-    router: Router,
+    service: Service,
     timeouts: Timeouts,
     mut stop: watch::Receiver<bool>,
 ) {
     let activity = stream.activity.clone();
     let service = Tracked {
-        inner: TowerToHyperService::new(router),
+        inner: TowerToHyperService::new(service.router),
+        client_api: service.client_api,
         activity: activity.clone(),
         body_timeout: timeouts.body,
         peer,
@@ -323,9 +352,10 @@ impl Drop for InFlight {
 /// The router as a hyper service, marking each request in flight and timing its body.
 struct Tracked {
     inner: TowerToHyperService<Router>,
+    client_api: Option<ServerState>,
     activity: Arc<Activity>,
     body_timeout: Duration,
-    /// The connection's client, recorded on each request for the handlers that need it.
+    /// The connection's client, given to the client API's handlers.
     peer: Peer,
 }
 
@@ -339,12 +369,28 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
     fn call(&self, request: Request<Incoming>) -> TrackedFuture {
         let in_flight = self.activity.begin();
         let deadline = Instant::now() + self.body_timeout;
-        let mut request = request.map(|body| TimedBody {
+        let request = request.map(|body| TimedBody {
             inner: body,
             deadline,
             timer: None,
         });
-        request.extensions_mut().insert(ConnectInfo(self.peer));
+        let direct = match &self.client_api {
+            Some(server) if request.method() == Method::POST => {
+                client_api::endpoint(request.uri().path()).map(|endpoint| (server, endpoint))
+            }
+            _ => None,
+        };
+        if let Some((server, endpoint)) = direct {
+            let state = AppState::from_ref(server);
+            let peer = ClientAddr(Some(self.peer.0.ip()));
+            return Box::pin(async move {
+                let response = client_api::serve(state, peer, request, endpoint).await;
+                Ok(response.map(|body| ActiveBody {
+                    inner: body,
+                    _in_flight: in_flight,
+                }))
+            });
+        }
         let response = hyper::service::Service::call(&self.inner, request);
         Box::pin(async move {
             let response = response.await?;

@@ -6,17 +6,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::FromRequestParts;
-use axum::extract::connect_info::ConnectInfo;
-use axum::http::request::Parts;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Handle;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::AppState;
-use super::connection::{self, ClientStream, Timeouts};
+use super::connection::{self, ClientStream, Service, Timeouts};
 use super::shards::{Placed, Shards};
 
 /// Descriptors kept for everything but client and upstream sockets: the listeners, the
@@ -99,7 +95,7 @@ fn descriptor_limit() -> Option<u64> {
 /// dropped. Connections are served on `shards` when given, else on this runtime.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    service: Service,
     capacity: Capacity,
     open: Arc<watch::Sender<usize>>,
     state: AppState,
@@ -150,12 +146,12 @@ pub async fn serve(
             room = Some(waiting);
             continue;
         };
-        let (router, stop, open) = (router.clone(), stop.clone(), open.clone());
+        let (service, stop, open) = (service.clone(), stop.clone(), open.clone());
         if let Ok(slot) = slots.clone().try_acquire_owned() {
             drop(waiting);
             stream.spawn(&mut connections, move |stream| async move {
                 let stream = ClientStream::new(stream, open);
-                connection::serve(stream, peer, router, timeouts, stop).await;
+                connection::serve(stream, peer, service, timeouts, stop).await;
                 drop(slot);
             });
             continue;
@@ -167,7 +163,7 @@ pub async fn serve(
             match slot {
                 Ok(Ok(slot)) => {
                     drop(waiting);
-                    connection::serve(stream, peer, router, timeouts, stop).await;
+                    connection::serve(stream, peer, service, timeouts, stop).await;
                     drop(slot);
                 }
                 _ => {
@@ -284,16 +280,6 @@ mod tests {
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub std::net::SocketAddr);
 
-/// The client's address, when the server recorded it (a router driven directly, as some
-/// tests do, has none); extracting it never fails.
+/// The client's address, as the handlers are given it.
 #[derive(Clone, Copy, Debug)]
 pub struct ClientAddr(pub Option<std::net::IpAddr>);
-
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientAddr, Self::Rejection> {
-        let peer = parts.extensions.get::<ConnectInfo<Peer>>();
-        Ok(ClientAddr(peer.map(|ConnectInfo(Peer(addr))| addr.ip())))
-    }
-}

@@ -2,54 +2,28 @@
 //! as chat completions. Steps on Anthropic providers get the request as it came (only `model`
 //! rewritten); other steps get its translation, and their answers come back as Anthropic's.
 
-use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::http::HeaderMap;
-use axum::response::Response;
-use bytes::Bytes;
-
-use super::AppState;
-use super::chat::{Endpoint, handle, stream_flag};
+use super::chat::{Endpoint, stream_flag};
 use super::error::ApiError;
-use super::listener::ClientAddr;
 use crate::providers::{ClientFormat, JsonKind, Operation, RequestBody};
 
-const MESSAGES: Endpoint = Endpoint {
+pub(super) const MESSAGES: Endpoint = Endpoint {
     format: ClientFormat::Anthropic,
     operation: Operation::Chat,
     check: check_message,
 };
 
-const COUNT_TOKENS: Endpoint = Endpoint {
+/// `POST /v1/messages/count_tokens`: passed to an Anthropic step as it came (only `model`
+/// rewritten). Other providers count differently, so a step of another kind is a 400.
+pub(super) const COUNT_TOKENS: Endpoint = Endpoint {
     format: ClientFormat::Anthropic,
     operation: Operation::CountTokens,
     check: check_count_tokens,
 };
 
-/// `POST /v1/messages/count_tokens`: passed to an Anthropic step as it came (only `model`
-/// rewritten). Other providers count differently, so a step of another kind is a 400.
-pub async fn count_tokens(
-    State(state): State<AppState>,
-    peer: ClientAddr,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(&state, peer, &headers, body, &COUNT_TOKENS).await
-}
-
 /// A count takes the message's fields but never streams.
 fn check_count_tokens(request: &RequestBody) -> Result<bool, ApiError> {
     check_message(request)?;
     Ok(false)
-}
-
-pub async fn messages(
-    State(state): State<AppState>,
-    peer: ClientAddr,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(&state, peer, &headers, body, &MESSAGES).await
 }
 
 /// The Messages API's own fields. `max_tokens` may be left out: Anthropic steps fill in the

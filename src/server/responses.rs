@@ -10,37 +10,25 @@
 pub mod degraded;
 mod state;
 
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::chat::{Endpoint, handle, stream_flag};
+use super::chat::{Endpoint, stream_flag};
 use super::error::ApiError;
-use super::listener::ClientAddr;
 use crate::auth::Caller;
 use crate::providers::responses::request::unknown_field;
 use crate::providers::{ClientFormat, Operation, RequestBody};
 
 pub(super) use state::{after, before};
 
-const RESPONSES: Endpoint = Endpoint {
+pub(super) const RESPONSES: Endpoint = Endpoint {
     format: ClientFormat::OpenAi,
     operation: Operation::Responses,
     check: check_responses,
 };
-
-pub async fn create(
-    State(state): State<AppState>,
-    peer: ClientAddr,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    handle(&state, peer, &headers, body, &RESPONSES).await
-}
 
 /// A Responses request's own fields: all known, `input` a string or items.
 fn check_responses(request: &RequestBody) -> Result<bool, ApiError> {

@@ -250,3 +250,54 @@ async fn the_upstreams_request_id_comes_back_on_answers_and_errors() {
         "req_011CSHoEeqs5C35K2UUqR7Fy"
     );
 }
+
+/// The client API's POSTs are served before the router; any other method on their paths
+/// still gets the router's 405, never a routed request.
+#[tokio::test]
+async fn other_methods_on_the_client_apis_paths_are_a_405() {
+    let up = fake("up", Behavior::ok()).await;
+    let gateway = gateway(&format!(
+        "{}{}",
+        provider("up", &up),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    for path in [
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/responses",
+    ] {
+        for method in [
+            reqwest::Method::GET,
+            reqwest::Method::PUT,
+            reqwest::Method::DELETE,
+        ] {
+            let response = client()
+                .request(method.clone(), format!("{}{path}", gateway.url()))
+                .json(&json!({"model": "r", "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .expect("gateway answers");
+            assert_eq!(response.status(), 405, "{method} {path}");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(
+                body["error"]["code"], "method_not_allowed",
+                "{method} {path}: {body}"
+            );
+        }
+    }
+    assert!(
+        up.requests().is_empty(),
+        "no method but POST reaches a step"
+    );
+    let response = post_to(
+        &gateway,
+        "/v1/chat/completions",
+        &json!({"model": "r", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(response.status(), 200);
+}
