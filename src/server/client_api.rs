@@ -2,12 +2,12 @@
 //! served straight from the connection rather than through the router's layers.
 //!
 //! Why: on a 4 KB chat request the router's layers (path lookup, the declared-length
-//! middleware with its boxed `Next`, the extractors, the boxed handler and route futures that
-//! each layer moves by value) cost about 17k instructions, a tenth of the request, and two
-//! of the boxes held the 5 KB handler future. [`serve`] does what they did, once: it
-//! refuses a declared length over `[server] max_body_bytes`, reads the body under that cap
-//! and its timeout, and calls the endpoint's handler. The router keeps their paths, with no
-//! handler, so that other methods get its 405.
+//! middleware with its boxed `Next`, the extractors, the `ConnectInfo` extension, the boxed
+//! handler and route futures that each layer moves by value) cost about 13k instructions, a
+//! tenth of the serving thread's work (`bench/instructions.sh`). [`serve`] does what they
+//! did, once: it refuses a declared length over `[server] max_body_bytes`, reads the body
+//! under that cap and its timeout, and calls the endpoint's handler. The router keeps their
+//! paths, with no handler, so that other methods get its 405.
 
 use axum::response::Response;
 use bytes::Bytes;
