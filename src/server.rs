@@ -351,7 +351,7 @@ pub fn app(state: AppState) -> Router {
     let mut routes = Router::new();
     // Their POSTs never reach the router; the routes are here so that other methods get its
     // 405 rather than a 404.
-    for path in client_api::PATHS {
+    for (path, _) in client_api::ENDPOINTS {
         routes = routes.route(path, axum::routing::MethodRouter::new());
     }
     let routes = routes

@@ -3,6 +3,7 @@
 //! The routing core here also serves `/v1/messages` and `/v1/embeddings`: their handlers
 //! check their own format's fields and call [`handle`], which answers in the client's format.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -16,7 +17,6 @@ use super::admission;
 use super::client_api::BodyError;
 use super::degraded;
 use super::error::ApiError;
-use super::listener::ClientAddr;
 use super::spend;
 use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
@@ -62,7 +62,7 @@ pub(super) const CHAT: Endpoint = Endpoint {
 /// Checks a request on `endpoint`, routes it, and answers in the endpoint's format.
 pub(super) async fn handle(
     state: &AppState,
-    peer: ClientAddr,
+    peer: IpAddr,
     headers: &HeaderMap,
     body: Result<Bytes, BodyError>,
     endpoint: &Endpoint,
@@ -88,7 +88,7 @@ pub(super) async fn handle(
 /// Everything after the request's record has its place in the log.
 async fn serve(
     state: &AppState,
-    peer: ClientAddr,
+    peer: IpAddr,
     headers: &HeaderMap,
     body: Result<Bytes, BodyError>,
     endpoint: &Endpoint,
@@ -553,14 +553,14 @@ pub(super) async fn refuse_declared_oversize(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    match refuse_oversize_declared(&state, request.headers(), request.uri().path()) {
+    match declared_oversize_refusal(&state, request.headers(), request.uri().path()) {
         Some(refused) => refused,
         None => next.run(request).await,
     }
 }
 
 /// The answer to a request whose declared length is over `[server] max_body_bytes`, if so.
-pub(super) fn refuse_oversize_declared(
+pub(super) fn declared_oversize_refusal(
     state: &AppState,
     headers: &HeaderMap,
     path: &str,
@@ -594,14 +594,14 @@ pub(super) fn refuse_oversize_declared(
 /// rows left this minute, else counted in a metric and summed up in a later row.
 fn unauthenticated(
     state: &AppState,
-    peer: ClientAddr,
+    peer: IpAddr,
     guard: RecordGuard,
     error: ApiError,
     format: ClientFormat,
 ) -> Response {
     let verdict = state
         .unauthorized_rows
-        .check(peer.0, tokio::time::Instant::now());
+        .check(peer, tokio::time::Instant::now());
     for summary in verdict.summaries {
         state.telemetry.record(summary);
     }

@@ -9,6 +9,8 @@
 //! under that cap and its timeout, and calls the endpoint's handler. The router keeps their
 //! paths, with no handler, so that other methods get its 405.
 
+use std::net::IpAddr;
+
 use axum::response::Response;
 use bytes::Bytes;
 use http::Request;
@@ -16,31 +18,24 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::chat::{self, Endpoint};
 use super::connection::is_body_timeout;
-use super::listener::ClientAddr;
 use super::{AppState, completions, embeddings, messages, responses};
 
-/// The paths of the client API's POST endpoints.
-pub(super) const PATHS: [&str; 6] = [
-    "/v1/chat/completions",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/v1/completions",
-    "/v1/embeddings",
-    "/v1/responses",
+/// The client API's POST endpoints, by path.
+pub(super) const ENDPOINTS: [(&str, &Endpoint); 6] = [
+    ("/v1/chat/completions", &chat::CHAT),
+    ("/v1/messages", &messages::MESSAGES),
+    ("/v1/messages/count_tokens", &messages::COUNT_TOKENS),
+    ("/v1/completions", &completions::COMPLETIONS),
+    ("/v1/embeddings", &embeddings::EMBEDDINGS),
+    ("/v1/responses", &responses::RESPONSES),
 ];
 
 /// The endpoint a POST to `path` is for, if it is one of the client API's.
 pub(super) fn endpoint(path: &str) -> Option<&'static Endpoint> {
-    let endpoints: [&'static Endpoint; 6] = [
-        &chat::CHAT,
-        &messages::MESSAGES,
-        &messages::COUNT_TOKENS,
-        &completions::COMPLETIONS,
-        &embeddings::EMBEDDINGS,
-        &responses::RESPONSES,
-    ];
-    let index = PATHS.iter().position(|known| *known == path)?;
-    Some(endpoints[index])
+    ENDPOINTS
+        .iter()
+        .find(|(known, _)| *known == path)
+        .map(|(_, endpoint)| *endpoint)
 }
 
 /// Why a request body could not be read.
@@ -57,7 +52,7 @@ pub(super) enum BodyError {
 /// Serves a POST to `endpoint` from `peer`.
 pub(super) async fn serve<B>(
     state: AppState,
-    peer: ClientAddr,
+    peer: IpAddr,
     request: Request<B>,
     endpoint: &'static Endpoint,
 ) -> Response
@@ -66,7 +61,7 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (parts, body) = request.into_parts();
-    if let Some(refused) = chat::refuse_oversize_declared(&state, &parts.headers, parts.uri.path())
+    if let Some(refused) = chat::declared_oversize_refusal(&state, &parts.headers, parts.uri.path())
     {
         return refused;
     }

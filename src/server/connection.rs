@@ -30,7 +30,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, Sleep};
 
-use super::listener::{ClientAddr, Peer};
+use super::listener::Peer;
 use super::{AppState, ServerState, client_api};
 use crate::providers::{self, ClientFormat};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord, Telemetry};
@@ -382,7 +382,7 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         };
         if let Some((server, endpoint)) = direct {
             let state = AppState::from_ref(server);
-            let peer = ClientAddr(Some(self.peer.0.ip()));
+            let peer = self.peer.0.ip();
             return Box::pin(async move {
                 let response = client_api::serve(state, peer, request, endpoint).await;
                 Ok(response.map(|body| ActiveBody {

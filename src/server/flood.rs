@@ -70,8 +70,8 @@ impl UnauthorizedRows {
         }
     }
 
-    /// Decides whether a refusal from `peer` (`None` when unknown) gets a row.
-    pub fn check(&self, peer: Option<IpAddr>, now: Instant) -> Verdict {
+    /// Decides whether a refusal from `peer` gets a row.
+    pub fn check(&self, peer: IpAddr, now: Instant) -> Verdict {
         // Poison only means a panic mid-update; the counts are still usable.
         let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         let mut summaries = Vec::new();
@@ -85,14 +85,12 @@ impl UnauthorizedRows {
             });
             table.next_sweep = now + WINDOW;
         }
-        let source = match peer {
-            Some(addr)
-                if table.windows.len() < MAX_SOURCES
-                    || table.windows.contains_key(&Source::Addr(addr)) =>
-            {
-                Source::Addr(addr)
-            }
-            _ => Source::Others,
+        let source = if table.windows.len() < MAX_SOURCES
+            || table.windows.contains_key(&Source::Addr(peer))
+        {
+            Source::Addr(peer)
+        } else {
+            Source::Others
         };
         let window = table.windows.entry(source).or_insert(Window {
             started: now,
@@ -141,7 +139,7 @@ mod tests {
     use super::*;
 
     fn write(rows: &UnauthorizedRows, peer: &str, now: Instant) -> Verdict {
-        rows.check(Some(peer.parse().unwrap()), now)
+        rows.check(peer.parse().unwrap(), now)
     }
 
     #[tokio::test(start_paused = true)]
@@ -178,12 +176,12 @@ mod tests {
         let now = Instant::now();
         for i in 0..MAX_SOURCES {
             let addr = IpAddr::from(std::net::Ipv6Addr::from(i as u128));
-            assert!(rows.check(Some(addr), now).write);
+            assert!(rows.check(addr, now).write);
         }
-        let late = |n: u128| Some(IpAddr::from(std::net::Ipv6Addr::from(u128::MAX - n)));
+        let late = |n: u128| IpAddr::from(std::net::Ipv6Addr::from(u128::MAX - n));
         assert!(rows.check(late(0), now).write);
         assert!(!rows.check(late(1), now).write);
-        assert!(!rows.check(None, now).write);
+        assert!(!rows.check(late(2), now).write);
         assert_eq!(rows.table.lock().unwrap().windows.len(), MAX_SOURCES + 1);
     }
 }

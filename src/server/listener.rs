@@ -279,7 +279,3 @@ mod tests {
 /// A connection's peer, recorded by the server for each request on it.
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub std::net::SocketAddr);
-
-/// The client's address, as the handlers are given it.
-#[derive(Clone, Copy, Debug)]
-pub struct ClientAddr(pub Option<std::net::IpAddr>);
