@@ -48,5 +48,6 @@ mod gateway {
     mod streaming;
     pub mod telemetry;
     mod translation;
+    mod upstream_pool;
     mod virtual_keys;
 }

@@ -3,6 +3,7 @@
 //! client's request and turns the answer back into the client's format.
 
 mod client;
+mod pool;
 
 use std::pin::Pin;
 use std::time::Duration;

@@ -1,30 +1,28 @@
-//! The pooled HTTP client every attempt sends through: hyper-util's own `Client` over
-//! rustls, rather than reqwest on top of it. Measured per request (README, "Performance"),
-//! reqwest parsed each URL three times and moved large futures through its tower layers
-//! for redirect and retry policies the gateway turns off anyway.
+//! The pooled HTTP client every attempt sends through: hyper's own HTTP/1 connections over
+//! rustls, pooled by `pool`, rather than reqwest or hyper-util's legacy client. Measured per
+//! request (README, "Performance"), reqwest parsed each URL three times and moved large
+//! futures through its tower layers; the legacy client hashed the authority and spawned a
+//! task per request to re-pool its connection.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use http::header::{CONTENT_TYPE, HOST};
+use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
+use hyper::client::conn::http1;
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tower_service::Service;
 
-use crate::providers::outbound::{OutBody, UpstreamRequest};
+use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender};
+use crate::providers::outbound::UpstreamRequest;
 
 /// An answer's head, its body still to be read.
 pub type UpstreamResponse = Response<Incoming>;
-
-/// Idle connections kept per upstream host: enough for a thousand concurrent requests to
-/// one provider to find a warm connection on their next turn.
-const MAX_IDLE_PER_HOST: usize = 1024;
-
-/// How long an idle pooled connection is kept (reqwest's default, kept as it was).
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// TCP keep-alive probes, as reqwest set them: a dead peer is found within a minute.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -42,7 +40,7 @@ pub struct UpstreamClient {
 }
 
 type Connector = HttpsConnector<HttpConnector>;
-type Pool = Client<Connector, OutBody>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 thread_local! {
     /// This thread's pools, one for each live client (a test process runs several gateways).
@@ -65,9 +63,12 @@ pub enum TransportError {
     /// The request could not be sent as built (a bad URI or header value).
     #[error("the request could not be built: {0}")]
     Invalid(String),
-    /// Connecting, sending, or reading the head failed.
-    #[error(transparent)]
-    Send(#[from] hyper_util::client::legacy::Error),
+    /// No connection could be made: refused, unreachable, DNS, a connect timeout, or TLS.
+    #[error("connecting upstream failed: {0}")]
+    Connect(#[source] BoxError),
+    /// Sending the request or reading the answer's head failed.
+    #[error("the upstream connection failed: {0}")]
+    Send(#[source] hyper::Error),
     /// Reading the body failed part way.
     #[error(transparent)]
     Body(#[from] hyper::Error),
@@ -94,7 +95,7 @@ impl TransportError {
 
     /// No connection was made: refused, unreachable, DNS, or the TLS handshake.
     pub fn is_connect(&self) -> bool {
-        matches!(self, TransportError::Send(error) if error.is_connect())
+        matches!(self, TransportError::Connect(_))
     }
 }
 
@@ -137,31 +138,53 @@ impl UpstreamClient {
     }
 
     /// Runs `use_pool` with this thread's pool of this client's connections, made on first use.
-    fn with_pool<R>(&self, use_pool: impl FnOnce(&Pool) -> R) -> R {
+    fn with_pool<R>(&self, use_pool: impl FnOnce(&mut Pool) -> R) -> R {
         let identity = Arc::as_ptr(&self.connector);
         POOLS.with_borrow_mut(|pools| {
             // A `Weak` keeps its allocation, so a live entry's address is never reused.
-            let mine = |(connector, _): &&(Weak<Connector>, Pool)| {
+            let mine = |(connector, _): &&mut (Weak<Connector>, Pool)| {
                 std::ptr::eq(connector.as_ptr(), identity)
             };
-            if let Some((_, pool)) = pools.iter().find(mine) {
+            if let Some((_, pool)) = pools.iter_mut().find(mine) {
                 return use_pool(pool);
             }
             pools.retain(|(connector, _)| connector.strong_count() > 0);
-            let pool = self.new_pool();
-            let used = use_pool(&pool);
+            self.sweep_this_threads_pool();
+            let mut pool = Pool::default();
+            let used = use_pool(&mut pool);
             pools.push((Arc::downgrade(&self.connector), pool));
             used
         })
     }
 
-    fn new_pool(&self) -> Pool {
-        Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-            .build(Connector::clone(&self.connector))
+    /// Closes this thread's idle connections past [`IDLE_TIMEOUT`] even when no request comes
+    /// to find them, until the client is dropped. Only on a current-thread runtime (the
+    /// serving shards, tests), where the task is sure to run on the pool's own thread.
+    fn sweep_this_threads_pool(&self) {
+        let on_this_thread = Handle::try_current()
+            .is_ok_and(|runtime| runtime.runtime_flavor() == RuntimeFlavor::CurrentThread);
+        if !on_this_thread {
+            return;
+        }
+        let client = Arc::downgrade(&self.connector);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(IDLE_TIMEOUT / 3);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                if client.strong_count() == 0 {
+                    return;
+                }
+                POOLS.with_borrow_mut(|pools| {
+                    let mine = pools
+                        .iter_mut()
+                        .find(|(connector, _)| connector.ptr_eq(&client));
+                    if let Some((_, pool)) = mine {
+                        pool.sweep(IDLE_TIMEOUT);
+                    }
+                });
+            }
+        });
     }
 
     /// Sends `request`, resolving when the answer's head has arrived.
@@ -171,22 +194,90 @@ impl UpstreamClient {
                 "the {name} header is not valid"
             )));
         }
-        let uri = Uri::try_from(request.uri)
-            .map_err(|_| TransportError::Invalid("the URI is not valid".into()))?;
+        let invalid_uri = || TransportError::Invalid("the URI is not valid".into());
+        let uri = Uri::try_from(request.uri).map_err(|_| invalid_uri())?;
+        let (origin, host) = OriginKey::of(&uri).ok_or_else(invalid_uri)?;
         let mut outgoing = Request::new(request.body);
         *outgoing.method_mut() = request.method;
-        *outgoing.uri_mut() = uri;
+        // On its own connection to the origin, a request names only the path (origin-form).
+        *outgoing.uri_mut() = uri
+            .path_and_query()
+            .cloned()
+            .unwrap_or_else(|| PathAndQuery::from_static("/"))
+            .into();
         *outgoing.headers_mut() = request.headers;
-        // The future owns what it needs: the pool is not borrowed across the await.
-        let answer = self.with_pool(|pool| pool.request(outgoing));
-        Ok(answer.await?)
+        outgoing.headers_mut().entry(HOST).or_insert(host);
+        loop {
+            // The pool is never borrowed across an await.
+            let (mut sender, reused) = match self.with_pool(|pool| pool.checkout(&origin)) {
+                Some(sender) => (sender, true),
+                None => (self.connect(uri.clone()).await?, false),
+            };
+            match sender.try_send_request(outgoing).await {
+                Ok(answer) => {
+                    self.keep(origin, sender, &answer);
+                    return Ok(answer);
+                }
+                Err(mut error) => match error.take_message() {
+                    // A kept connection the peer closed before the request went out: nothing
+                    // was sent, so it goes again on another one.
+                    Some(unsent) if reused => outgoing = unsent,
+                    _ => return Err(TransportError::Send(error.into_error())),
+                },
+            }
+        }
+    }
+
+    /// Returns `sender` to the pool once `answer`'s head is in. A whole answer is read at
+    /// once, so its connection goes straight back and is ready a moment later. A stream's stays
+    /// busy for as long as the stream lasts: a task waits for it to be ready, so thousands of
+    /// open streams are not scanned past by every checkout.
+    fn keep(&self, origin: OriginKey, mut sender: Sender, answer: &UpstreamResponse) {
+        let streaming = answer
+            .headers()
+            .get(CONTENT_TYPE)
+            .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+        if !streaming {
+            self.with_pool(|pool| pool.put_back(origin, sender));
+            return;
+        }
+        let client = self.clone();
+        tokio::spawn(async move {
+            // An error here means the connection closed: it is simply not kept.
+            if std::future::poll_fn(|cx| sender.poll_ready(cx))
+                .await
+                .is_ok()
+            {
+                client.with_pool(|pool| pool.put_back(origin, sender));
+            }
+        });
+    }
+
+    /// A new connection to `uri`'s origin, its task running on this thread's runtime.
+    async fn connect(&self, uri: Uri) -> Result<Sender, TransportError> {
+        let mut connector = Connector::clone(&self.connector);
+        std::future::poll_fn(|cx| connector.poll_ready(cx))
+            .await
+            .map_err(TransportError::Connect)?;
+        let io = connector.call(uri).await.map_err(TransportError::Connect)?;
+        let (sender, connection) = http1::handshake(io)
+            .await
+            .map_err(|error| TransportError::Connect(error.into()))?;
+        // Its error, if any, reaches the request that was using it.
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(sender)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::outbound::OutBody;
     use crate::router::classify::{FailureClass, classify_transport};
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn client() -> UpstreamClient {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -216,5 +307,45 @@ mod tests {
         assert!(matches!(error, TransportError::Invalid(_)), "{error:?}");
         assert!(!error.to_string().contains("secret"), "{error}");
         assert_eq!(classify_transport(&error), FailureClass::Reset);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_closed_by_the_sweep() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}/v1", listener.local_addr().unwrap());
+        let client = client();
+        let send = || {
+            client.send(UpstreamRequest::post(
+                uri.clone(),
+                OutBody::default(),
+                false,
+            ))
+        };
+        let (answered, served) = tokio::join!(
+            async { send().await.unwrap().into_body().collect().await.unwrap() },
+            async {
+                let (mut upstream, _) = listener.accept().await.unwrap();
+                let mut head = vec![0; 1024];
+                let _ = upstream.read(&mut head).await.unwrap();
+                let answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}";
+                upstream.write_all(answer.as_bytes()).await.unwrap();
+                upstream
+            }
+        );
+        assert_eq!(answered.to_bytes(), "{}");
+        let mut upstream = served;
+        // Kept: the connection stays open.
+        client.with_pool(|pool| pool.sweep(IDLE_TIMEOUT));
+        // Past its idle time: swept, and the upstream reads the close.
+        client.with_pool(|pool| pool.sweep(Duration::ZERO));
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(10), upstream.read_to_end(&mut rest));
+        assert!(closed.await.is_ok(), "the swept connection is still open");
+        assert!(rest.is_empty(), "{rest:?}");
+        assert!(
+            client
+                .with_pool(|pool| pool.checkout(&OriginKey::of(&uri.parse().unwrap()).unwrap().0))
+                .is_none()
+        );
     }
 }
