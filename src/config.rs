@@ -123,6 +123,9 @@ pub struct LogConfig {
     pub when_full: WhenFull,
     /// Whether an answer waits for its record to be on disk.
     pub durability: Durability,
+    /// How long one write of a batch to the store may take before the store counts as
+    /// refusing writes (and the batch goes to the spill journal).
+    pub store_timeout: Duration,
     /// How the process's own log lines (stderr) are written.
     pub format: LogFormat,
     /// Whether each request also gets a line in the process log (it always gets a row in

@@ -80,6 +80,7 @@ pub struct RawLog {
     pub durability: Option<String>,
     pub format: Option<String>,
     pub access_log: Option<bool>,
+    pub store_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

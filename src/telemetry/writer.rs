@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::journal::Journal;
@@ -30,6 +31,9 @@ pub const BATCH: usize = 256;
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 /// How often a store that refused writes is tried again.
 const RETRY: Duration = Duration::from_millis(500);
+/// The longest wait between tries of a store that does not answer: each try holds the writer
+/// for `[log] store_timeout`, so a hung store is tried ever more rarely, not every `RETRY`.
+const RETRY_MAX: Duration = Duration::from_secs(8);
 /// Journal batches replayed before the writer turns back to the queue, so a long replay
 /// does not starve new records.
 const REPLAY_TURN: usize = 16;
@@ -48,6 +52,10 @@ pub(super) struct Writer {
     /// to the journal and the store is tried again at `next_try`.
     store_ok: bool,
     next_try: Instant,
+    /// `[log] store_timeout`.
+    store_timeout: Duration,
+    /// The wait before the next try, doubled by each try that timed out.
+    retry_wait: Duration,
 }
 
 impl Writer {
@@ -76,6 +84,8 @@ impl Writer {
             state,
             store_ok: true,
             next_try: Instant::now(),
+            store_timeout: config.log.store_timeout,
+            retry_wait: RETRY,
         }
     }
 
@@ -86,6 +96,9 @@ impl Writer {
         let mut entries = Vec::with_capacity(BATCH);
         let mut next_purge = Instant::now();
         let mut held: Option<Arc<[LogRow]>> = None;
+        // Purges run beside the writer: a large delete, or a store that hangs, must not hold
+        // the rows behind them.
+        let mut purging: Option<JoinHandle<()>> = None;
         self.replay().await;
         loop {
             if let Some(rows) = held.take() {
@@ -116,8 +129,9 @@ impl Writer {
             {
                 self.replay().await;
             }
-            if Instant::now() >= next_purge {
-                self.purge().await;
+            if Instant::now() >= next_purge && purging.as_ref().is_none_or(JoinHandle::is_finished)
+            {
+                purging = Some(tokio::spawn(purge(self.store.clone(), self.retention)));
                 next_purge = Instant::now() + PURGE_EVERY;
             }
             if !open {
@@ -228,10 +242,24 @@ impl Writer {
     /// One try of the store; notes whether it took the rows.
     async fn store(&mut self, rows: Arc<[LogRow]>) -> bool {
         let count = rows.len();
-        match self.store.insert_log(rows).await {
+        // A batch that timed out may still commit later: its replay from the journal is
+        // idempotent by request id, so the row is stored once either way.
+        let written = tokio::time::timeout(self.store_timeout, self.store.insert_log(rows)).await;
+        let (written, timed_out) = match written {
+            Ok(written) => (written.map_err(|error| error.to_string()), false),
+            Err(_) => {
+                let silent = format!(
+                    "no answer within {:?} ([log] store_timeout)",
+                    self.store_timeout
+                );
+                (Err(silent), true)
+            }
+        };
+        match written {
             Ok(inserted) => {
                 self.log.written.send_modify(|n| *n += inserted as u64);
                 self.store_ok = true;
+                self.retry_wait = RETRY;
                 self.state.store_refusing.store(false, Ordering::Relaxed);
                 true
             }
@@ -239,8 +267,13 @@ impl Writer {
                 if self.store_ok {
                     tracing::warn!(%error, rows = count, "the store refuses request-log writes; spilling to the journal");
                 }
+                self.retry_wait = if timed_out {
+                    (self.retry_wait * 2).min(RETRY_MAX)
+                } else {
+                    RETRY
+                };
                 self.store_ok = false;
-                self.next_try = Instant::now() + RETRY;
+                self.next_try = Instant::now() + self.retry_wait;
                 self.state.store_refusing.store(true, Ordering::Relaxed);
                 false
             }
@@ -344,20 +377,21 @@ impl Writer {
             record.tokens_out.unwrap_or(0),
         ))
     }
+}
 
-    async fn purge(&self) {
-        let before = now_ms().saturating_sub(self.retention.as_millis() as i64);
-        match self.store.purge_log(before).await {
-            Ok(0) => {}
-            Ok(purged) => tracing::info!(purged, "request log rows past retention purged"),
-            Err(error) => tracing::warn!(%error, "request log purge failed"),
-        }
-        // Stored responses live as long as the log rows of the requests that made them.
-        match self.store.purge_responses(before).await {
-            Ok(0) => {}
-            Ok(purged) => tracing::info!(purged, "stored responses past retention purged"),
-            Err(error) => tracing::warn!(%error, "stored responses purge failed"),
-        }
+/// Deletes request-log rows and stored responses older than `retention`.
+async fn purge(store: Store, retention: Duration) {
+    let before = now_ms().saturating_sub(retention.as_millis() as i64);
+    match store.purge_log(before).await {
+        Ok(0) => {}
+        Ok(purged) => tracing::info!(purged, "request log rows past retention purged"),
+        Err(error) => tracing::warn!(%error, "request log purge failed"),
+    }
+    // Stored responses live as long as the log rows of the requests that made them.
+    match store.purge_responses(before).await {
+        Ok(0) => {}
+        Ok(purged) => tracing::info!(purged, "stored responses past retention purged"),
+        Err(error) => tracing::warn!(%error, "stored responses purge failed"),
     }
 }
 

@@ -13,6 +13,7 @@ use switchyard::store::postgres::testdb::TestDb;
 use tokio::time::Instant;
 
 use super::logqueue::{QUIET, Spawned};
+use super::redis_faults::proxy::Proxy;
 use super::services::PgServer;
 use super::support::*;
 
@@ -143,4 +144,69 @@ fn create_key(config: &str) -> String {
     let _ = std::fs::remove_file(&path);
     assert!(output.status.success());
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// Places in the request log's queue for [`a_store_that_stops_answering_is_spilled_not_waited_on`]:
+/// a writer waiting on the store fills it after this many requests.
+const QUEUE: usize = 1024;
+
+/// PostgreSQL stops answering with its connections open (a hung server, a network that drops
+/// packets; a proxy the test controls holds every byte). The writer gives a batch `[log]
+/// store_timeout`, then spills rows to the journal as for a store that refuses: requests are
+/// answered far past what the queue holds, and once the store answers again every row is in
+/// it exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
+    let test = "a_store_that_stops_answering_is_spilled_not_waited_on";
+    let Some(db) = TestDb::create(test).await else {
+        return;
+    };
+    let server = switchyard::store::postgres::testdb::server_url();
+    let postgres = server.rsplit('@').next().unwrap().parse().unwrap();
+    let proxy = Proxy::start(postgres).await;
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let config = format!(
+        "[auth]\nrequired = false\n[store]\nurl = \"postgres://postgres@{}/{}\"\n[log]\nqueue_records = {QUEUE}\nstore_timeout = \"200ms\"\n{}{}",
+        proxy.addr(),
+        db.name,
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    );
+    let mut started =
+        Spawned::start_all(&[&config], QUIET, &[("SWITCHYARD_MASTER_KEY", MASTER_KEY)]);
+    let gateway = started.remove(0);
+    gateway.ready().await;
+    let (client, url) = (client(), format!("{}/v1/chat/completions", gateway.url));
+    let mut answered = BTreeSet::new();
+    let mut ask = async |during: &str| {
+        let response = client.post(&url).json(&chat("r")).send().await.unwrap();
+        let id = header(&response, "x-switchyard-request-id").to_owned();
+        let status = response.status();
+        assert_eq!(status, 200, "{during}: {}", response.text().await.unwrap());
+        assert!(answered.insert(id));
+    };
+    ask("before the freeze").await;
+    proxy.freeze(true);
+    for n in 0..QUEUE * 3 {
+        ask(&format!("request {n} while the store hangs")).await;
+    }
+    proxy.freeze(false);
+
+    // Straight to the server, past the proxy.
+    let direct = db.url();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let stored = loop {
+        let stored = row_ids(&direct).await.unwrap_or_default();
+        if stored.len() >= answered.len() || Instant::now() >= deadline {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let stored_ids: BTreeSet<String> = stored.iter().cloned().collect();
+    assert_eq!(stored.len(), stored_ids.len(), "no row twice");
+    assert_eq!(
+        stored_ids, answered,
+        "every answered request's row, and no other"
+    );
+    gateway.terminate();
 }

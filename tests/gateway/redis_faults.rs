@@ -2,7 +2,7 @@
 //! admissions that stay exact when a connection is cut or a reply is lost on the way back.
 //! Each test runs its own `redis-server`, reached through a proxy the test controls.
 
-mod proxy;
+pub(super) mod proxy;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! A TCP proxy a test puts between the gateway and Redis, to cut its connections or lose a
-//! reply on demand.
+//! A TCP proxy a test puts between the gateway and Redis (or PostgreSQL), to cut its
+//! connections, lose a reply, or stop answering on demand.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,9 @@ struct Shared {
     /// Bumped by every cut; each connection ends when it changes.
     cuts: watch::Sender<u64>,
     lose: Mutex<Option<LoseReply>>,
+    /// While true, nothing is forwarded either way and new connections are left waiting: a
+    /// server that hangs with its sockets open.
+    frozen: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -46,6 +49,7 @@ impl Proxy {
             upstream,
             cuts: watch::Sender::new(0),
             lose: Mutex::new(None),
+            frozen: watch::Sender::new(false),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -53,6 +57,7 @@ impl Proxy {
                 let shared = accepting.clone();
                 let cut = shared.cuts.subscribe();
                 tokio::spawn(async move {
+                    let _ = shared.frozen.subscribe().wait_for(|frozen| !frozen).await;
                     if let Ok(server) = TcpStream::connect(shared.upstream).await {
                         pump(client, server, shared, cut).await;
                     }
@@ -74,6 +79,16 @@ impl Proxy {
     /// Closes every open connection; new ones are forwarded as before.
     pub fn cut(&self) {
         self.shared.cut();
+    }
+
+    /// The proxy's own address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops forwarding (`true`) or resumes (`false`), keeping every connection open.
+    pub fn freeze(&self, frozen: bool) {
+        self.shared.frozen.send_replace(frozen);
     }
 
     /// How many cuts there have been.
@@ -111,9 +126,17 @@ async fn pump(
     let (mut up, mut down) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     // The reply this connection is to lose, once its request went through.
     let mut losing: Option<LoseReply> = None;
+    let mut frozen = shared.frozen.subscribe();
     loop {
+        if *frozen.borrow_and_update() {
+            tokio::select! {
+                _ = cut.changed() => return,
+                _ = frozen.wait_for(|frozen| !frozen) => continue,
+            }
+        }
         tokio::select! {
             _ = cut.changed() => return,
+            _ = frozen.changed() => continue,
             read = client_read.read(&mut up) => {
                 let Ok(n @ 1..) = read else { return };
                 if losing.is_none() {
