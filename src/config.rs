@@ -123,9 +123,6 @@ pub struct LogConfig {
     pub when_full: WhenFull,
     /// Whether an answer waits for its record to be on disk.
     pub durability: Durability,
-    /// How long one write of a batch to the store may take before the store counts as
-    /// refusing writes (and the batch goes to the spill journal).
-    pub store_timeout: Duration,
     /// How the process's own log lines (stderr) are written.
     pub format: LogFormat,
     /// Whether each request also gets a line in the process log (it always gets a row in
@@ -229,6 +226,9 @@ pub struct AuthConfig {
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub url: String,
+    /// How long one store operation may take: a request-log batch past it goes to the spill
+    /// journal, and a request waiting on stored state fails with a 503.
+    pub timeout: Duration,
 }
 
 /// Where rate-limit counters live.

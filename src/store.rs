@@ -44,6 +44,20 @@ pub enum StoreError {
     Pool(String),
     #[error("store task failed: {0}")]
     Task(String),
+    #[error("the store did not answer within {0:?} ([store] timeout)")]
+    Timeout(std::time::Duration),
+}
+
+/// `work`, or [`StoreError::Timeout`] once it has taken `limit` (`[store] timeout`): a store
+/// that stops answering (a hung server, a network that drops packets with the connection
+/// open) fails what waits on it instead of holding it for ever.
+pub async fn within<T>(
+    limit: std::time::Duration,
+    work: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    tokio::time::timeout(limit, work)
+        .await
+        .unwrap_or(Err(StoreError::Timeout(limit)))
 }
 
 /// Limits a virtual key sets for itself, over its role's.

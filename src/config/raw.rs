@@ -80,7 +80,6 @@ pub struct RawLog {
     pub durability: Option<String>,
     pub format: Option<String>,
     pub access_log: Option<bool>,
-    pub store_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -146,6 +145,7 @@ pub enum RawDirectModels {
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
     pub url: Option<String>,
+    pub timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

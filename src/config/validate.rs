@@ -162,6 +162,14 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         .store
         .url
         .unwrap_or_else(|| "sqlite://switchyard.db".into());
+    let store_timeout = errors.duration(
+        "store.timeout",
+        raw.store.timeout.as_deref(),
+        DEFAULT_STORE_TIMEOUT,
+    );
+    if store_timeout.is_zero() {
+        errors.add("store.timeout", "must be greater than 0");
+    }
     let sqlite_file = store_url.strip_prefix("sqlite://");
     if crate::store::postgres::is_postgres_url(&store_url) {
         if let Err(problem) = crate::store::postgres::parse_url(&store_url) {
@@ -215,7 +223,10 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     Ok(Config {
         server,
         auth,
-        store: StoreConfig { url: store_url },
+        store: StoreConfig {
+            url: store_url,
+            timeout: store_timeout,
+        },
         limits,
         roles,
         providers,
@@ -288,6 +299,11 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
 }
 
 /// `max_tokens` for Anthropic requests that leave it out, unless the provider says otherwise.
+/// A store operation takes milliseconds; a store silent for this long is hung (a stopped
+/// server, a network that drops packets), and waiting on it would hold every request-log row
+/// behind that batch, or a client's request, with it.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The `anthropic-version` header sent unless the provider says otherwise.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -712,6 +728,14 @@ base_url = "http://127.0.0.1:1/v1"
         assert_eq!(config.providers[0].base_url, "http://127.0.0.1:1/v1");
         assert_eq!(config.breaker.consecutive_failures, 5);
         assert_eq!(config.breaker.cooldown, std::time::Duration::from_secs(60));
+        assert_eq!(config.store.timeout, std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn a_store_timeout_of_zero_is_refused() {
+        let text = format!("{PROVIDERS}[store]\ntimeout = \"0s\"\n");
+        let error = Config::parse(&text).unwrap_err().to_string();
+        assert!(error.contains("store.timeout"), "{error}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::error::ApiError;
 use crate::auth::Caller;
 use crate::providers::responses::request::unknown_field;
 use crate::providers::{ClientFormat, Operation, RequestBody};
+use crate::store::within;
 
 pub(super) use state::{after, before};
 
@@ -103,7 +104,8 @@ pub async fn retrieve(
         Ok(caller) => caller,
         Err(error) => return error.into_response(),
     };
-    match state.store.response(&id, &scope(&caller)).await {
+    let timeout = state.config().store.timeout;
+    match within(timeout, state.store.response(&id, &scope(&caller))).await {
         Ok(Some(stored)) => (
             [(axum::http::header::CONTENT_TYPE, "application/json")],
             stored.response,
@@ -124,7 +126,8 @@ pub async fn delete(
         Ok(caller) => caller,
         Err(error) => return error.into_response(),
     };
-    match state.store.delete_response(&id, &scope(&caller)).await {
+    let timeout = state.config().store.timeout;
+    match within(timeout, state.store.delete_response(&id, &scope(&caller))).await {
         Ok(true) => {
             axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response()
         }

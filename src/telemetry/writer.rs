@@ -20,7 +20,7 @@ use super::metrics::Metrics;
 use super::{Entry, RecentLog, RequestRecord, WriterState};
 use crate::config::{Config, Durability, ModelName, Price, ProviderId};
 use crate::store::request_log::{LogAttempt, LogRow};
-use crate::store::{Store, now_ms};
+use crate::store::{Store, StoreError, now_ms, within};
 
 /// How long the writer waits to fill a batch after its first record.
 const LINGER: Duration = Duration::from_millis(10);
@@ -32,7 +32,7 @@ const PURGE_EVERY: Duration = Duration::from_secs(3600);
 /// How often a store that refused writes is tried again.
 const RETRY: Duration = Duration::from_millis(500);
 /// The longest wait between tries of a store that does not answer: each try holds the writer
-/// for `[log] store_timeout`, so a hung store is tried ever more rarely, not every `RETRY`.
+/// for `[store] timeout`, so a hung store is tried ever more rarely, not every `RETRY`.
 const RETRY_MAX: Duration = Duration::from_secs(8);
 /// Journal batches replayed before the writer turns back to the queue, so a long replay
 /// does not starve new records.
@@ -52,7 +52,7 @@ pub(super) struct Writer {
     /// to the journal and the store is tried again at `next_try`.
     store_ok: bool,
     next_try: Instant,
-    /// `[log] store_timeout`.
+    /// `[store] timeout`.
     store_timeout: Duration,
     /// The wait before the next try, doubled by each try that timed out.
     retry_wait: Duration,
@@ -84,7 +84,7 @@ impl Writer {
             state,
             store_ok: true,
             next_try: Instant::now(),
-            store_timeout: config.log.store_timeout,
+            store_timeout: config.store.timeout,
             retry_wait: RETRY,
         }
     }
@@ -244,18 +244,7 @@ impl Writer {
         let count = rows.len();
         // A batch that timed out may still commit later: its replay from the journal is
         // idempotent by request id, so the row is stored once either way.
-        let written = tokio::time::timeout(self.store_timeout, self.store.insert_log(rows)).await;
-        let (written, timed_out) = match written {
-            Ok(written) => (written.map_err(|error| error.to_string()), false),
-            Err(_) => {
-                let silent = format!(
-                    "no answer within {:?} ([log] store_timeout)",
-                    self.store_timeout
-                );
-                (Err(silent), true)
-            }
-        };
-        match written {
+        match within(self.store_timeout, self.store.insert_log(rows)).await {
             Ok(inserted) => {
                 self.log.written.send_modify(|n| *n += inserted as u64);
                 self.store_ok = true;
@@ -267,7 +256,7 @@ impl Writer {
                 if self.store_ok {
                     tracing::warn!(%error, rows = count, "the store refuses request-log writes; spilling to the journal");
                 }
-                self.retry_wait = if timed_out {
+                self.retry_wait = if matches!(error, StoreError::Timeout(_)) {
                     (self.retry_wait * 2).min(RETRY_MAX)
                 } else {
                     RETRY

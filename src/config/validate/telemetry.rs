@@ -51,9 +51,6 @@ pub fn admin(errors: &mut Errors, raw: RawAdmin) -> AdminConfig {
 
 /// Records the request log's queue holds: about 64 MiB of records at worst.
 pub const DEFAULT_QUEUE_RECORDS: usize = 65_536;
-/// A batch insert takes milliseconds; a store silent for this long is hung (a stopped server,
-/// a network that drops packets), and waiting on it would hold every row behind that batch.
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// The spill journal's cap: about a million and a half rows, hours of outage at 100 req/s.
 pub const DEFAULT_SPILL_BYTES: u64 = 1 << 30;
 /// Past this, the queue alone would hold gigabytes.
@@ -75,14 +72,6 @@ pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
             DEFAULT_QUEUE_RECORDS
         }
     };
-    let store_timeout = errors.duration(
-        "log.store_timeout",
-        raw.store_timeout.as_deref(),
-        DEFAULT_STORE_TIMEOUT,
-    );
-    if store_timeout.is_zero() {
-        errors.add("log.store_timeout", "must be greater than 0");
-    }
     let spill_bytes = raw.spill_bytes.unwrap_or(DEFAULT_SPILL_BYTES);
     let spill_path = match raw.spill_path {
         Some(path) if path.is_empty() => {
@@ -137,7 +126,6 @@ pub fn log(errors: &mut Errors, raw: RawLog) -> LogConfig {
         spill_path,
         when_full,
         durability,
-        store_timeout,
         format,
         access_log: raw.access_log.unwrap_or(true),
     }
@@ -217,7 +205,6 @@ mod tests {
         assert_eq!(config.log.spill_path, None);
         assert_eq!(config.log.when_full, crate::config::WhenFull::Refuse);
         assert_eq!(config.log.durability, crate::config::Durability::Batched);
-        assert_eq!(config.log.store_timeout, super::DEFAULT_STORE_TIMEOUT);
         assert_eq!(config.alerts.availability_target, 0.99);
         assert_eq!(config.alerts.fallback_rate_max, 0.2);
         let cost = config.prices[0].cost(1_000_000, 100_000);
@@ -247,14 +234,13 @@ mod tests {
     fn log_settings_name_their_fields() {
         let errors = errors(&format!(
             "{PROVIDER}[log]\nqueue_records = 0\nspill_bytes = 0\nspill_path = \"\"\n\
-             when_full = \"wait\"\ndurability = \"fsync\"\nstore_timeout = \"0s\"\n"
+             when_full = \"wait\"\ndurability = \"fsync\"\n"
         ));
         for field in [
             "log.queue_records",
             "log.spill_path",
             "log.when_full",
             "log.durability",
-            "log.store_timeout",
         ] {
             assert!(
                 errors.iter().any(|e| e.starts_with(field)),

@@ -1,6 +1,8 @@
 //! The Responses API's conversation state, around routing: the input rebuilt from the turn
 //! `previous_response_id` names, and the served response stored before its id leaves.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
@@ -13,12 +15,14 @@ use crate::auth::Caller;
 use crate::providers::ClientRequest;
 use crate::server::AppState;
 use crate::server::error::ApiError;
-use crate::store::Store;
 use crate::store::response_state::StoredResponse;
+use crate::store::{Store, within};
 
 /// What to store once the request is served.
 pub struct Plan {
     store: Option<Store>,
+    /// `[store] timeout`.
+    store_timeout: Duration,
     scope: String,
     /// The whole input of this turn, earlier turns' included.
     input: Vec<Value>,
@@ -53,6 +57,7 @@ pub async fn before(
     let store = request.body.get("store") != Some(&Value::Bool(false));
     Ok(Plan {
         store: store.then(|| state.store.clone()),
+        store_timeout: state.config().store.timeout,
         scope,
         input,
     })
@@ -65,9 +70,8 @@ async fn resolve_reference(state: &AppState, item: &Value, scope: &str) -> Resul
     let Some(id) = item.get("id").and_then(Value::as_str).filter(|_| reference) else {
         return Ok(item.clone());
     };
-    let stored = state
-        .store
-        .response_item(id, scope)
+    let timeout = state.config().store.timeout;
+    let stored = within(timeout, state.store.response_item(id, scope))
         .await
         .map_err(store_failed)?;
     Ok(stored
@@ -77,9 +81,8 @@ async fn resolve_reference(state: &AppState, item: &Value, scope: &str) -> Resul
 
 /// The input and output items of the turn `id` and every turn before it.
 async fn earlier_turns(state: &AppState, id: &str, scope: &str) -> Result<Vec<Value>, ApiError> {
-    let stored = state
-        .store
-        .response(id, scope)
+    let timeout = state.config().store.timeout;
+    let stored = within(timeout, state.store.response(id, scope))
         .await
         .map_err(store_failed)?
         .ok_or_else(|| no_such(id))?;
@@ -167,7 +170,7 @@ impl Plan {
         };
         // The answer is served either way; a turn not stored only breaks a later
         // `previous_response_id`, which then gets a clear 404.
-        if let Err(error) = store.put_response(stored).await {
+        if let Err(error) = within(self.store_timeout, store.put_response(stored)).await {
             tracing::warn!(%error, "cannot store a served response");
         }
     }
