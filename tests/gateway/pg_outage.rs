@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use switchyard::fake::FakeUpstream;
+use switchyard::fake::{FakeHandle, FakeUpstream};
 use switchyard::store::postgres::testdb::TestDb;
 use tokio::time::Instant;
 
@@ -45,16 +45,8 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
         .await
         .expect("the test's own PostgreSQL answers");
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = true\n[store]\nurl = \"{}\"\n{}{}",
-        db.url(),
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    );
-    let mut started =
-        Spawned::start_all(&[&config], QUIET, &[("SWITCHYARD_MASTER_KEY", MASTER_KEY)]);
-    let gateway = started.remove(0);
-    gateway.ready().await;
+    let head = format!("[auth]\nrequired = true\n[store]\nurl = \"{}\"\n", db.url());
+    let (gateway, config) = start_gateway(&head, &fake).await;
     let key = create_key(&config);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -130,6 +122,21 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
     );
 }
 
+/// A gateway process whose config is `head` (its `[auth]`, `[store]` and `[log]`) and route
+/// `r` served by `fake`, once it is ready; and that config.
+async fn start_gateway(head: &str, fake: &FakeHandle) -> (Spawned, String) {
+    let config = format!(
+        "{head}{}{}",
+        provider("up", fake),
+        route("r", &[("up", "m")], "")
+    );
+    let mut started =
+        Spawned::start_all(&[&config], QUIET, &[("SWITCHYARD_MASTER_KEY", MASTER_KEY)]);
+    let gateway = started.remove(0);
+    gateway.ready().await;
+    (gateway, config)
+}
+
 fn create_key(config: &str) -> String {
     let path = std::env::temp_dir().join(format!("switchyard-cli-{}.toml", uuid::Uuid::now_v7()));
     std::fs::write(&path, config).unwrap();
@@ -166,17 +173,12 @@ async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
     let postgres = server.rsplit('@').next().unwrap().parse().unwrap();
     let proxy = Proxy::start(postgres).await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"postgres://postgres@{}/{}\"\ntimeout = \"200ms\"\n[log]\nqueue_records = {QUEUE}\n{}{}",
+    let head = format!(
+        "[auth]\nrequired = false\n[store]\nurl = \"postgres://postgres@{}/{}\"\ntimeout = \"200ms\"\n[log]\nqueue_records = {QUEUE}\n",
         proxy.addr(),
         db.name,
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
     );
-    let mut started =
-        Spawned::start_all(&[&config], QUIET, &[("SWITCHYARD_MASTER_KEY", MASTER_KEY)]);
-    let gateway = started.remove(0);
-    gateway.ready().await;
+    let (gateway, _) = start_gateway(&head, &fake).await;
     let (client, url) = (client(), format!("{}/v1/chat/completions", gateway.url));
     let mut answered = BTreeSet::new();
     let mut ask = async |during: &str| {
