@@ -211,7 +211,9 @@ impl UpstreamClient {
             // The pool is never borrowed across an await.
             let (mut sender, reused) = match self.with_pool(|pool| pool.checkout(&origin)) {
                 Some(sender) => (sender, true),
-                None => (self.connect(uri.clone()).await?, false),
+                // Boxed: connecting holds the TLS stream by value, kilobytes that would
+                // otherwise enlarge every request's future (a stream's, for its whole life).
+                None => (Box::pin(self.connect(uri.clone())).await?, false),
             };
             match sender.try_send_request(outgoing).await {
                 Ok(answer) => {
