@@ -122,6 +122,16 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
     );
 }
 
+/// A database of the test's own, the proxy the test can freeze between it and the gateway,
+/// and the `[store] url` that goes through the proxy.
+async fn behind_a_proxy(test: &str) -> Option<(TestDb, Proxy, String)> {
+    let db = TestDb::create(test).await?;
+    let server = switchyard::store::postgres::testdb::server_url();
+    let proxy = Proxy::start(server.rsplit('@').next()?.parse().ok()?).await;
+    let url = format!("postgres://postgres@{}/{}", proxy.addr(), db.name);
+    Some((db, proxy, url))
+}
+
 /// A gateway process whose config is `head` (its `[auth]`, `[store]` and `[log]`) and route
 /// `r` served by `fake`, once it is ready; and that config.
 async fn start_gateway(head: &str, fake: &FakeHandle) -> (Spawned, String) {
@@ -165,17 +175,12 @@ const QUEUE: usize = 1024;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
     let test = "a_store_that_stops_answering_is_spilled_not_waited_on";
-    let Some(db) = TestDb::create(test).await else {
+    let Some((db, proxy, url)) = behind_a_proxy(test).await else {
         return;
     };
-    let server = switchyard::store::postgres::testdb::server_url();
-    let postgres = server.rsplit('@').next().unwrap().parse().unwrap();
-    let proxy = Proxy::start(postgres).await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let head = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"postgres://postgres@{}/{}\"\ntimeout = \"200ms\"\n[log]\nqueue_records = {QUEUE}\n",
-        proxy.addr(),
-        db.name,
+        "[auth]\nrequired = false\n[store]\nurl = \"{url}\"\ntimeout = \"200ms\"\n[log]\nqueue_records = {QUEUE}\n"
     );
     let (gateway, _) = start_gateway(&head, &fake).await;
     let (client, url) = (client(), format!("{}/v1/chat/completions", gateway.url));
@@ -218,17 +223,11 @@ async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
     let test = "a_stored_turn_read_from_a_hung_store_fails_within_the_timeout";
-    let Some(db) = TestDb::create(test).await else {
+    let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
         return;
     };
-    let server = switchyard::store::postgres::testdb::server_url();
-    let proxy = Proxy::start(server.rsplit('@').next().unwrap().parse().unwrap()).await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let head = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"postgres://postgres@{}/{}\"\ntimeout = \"200ms\"\n",
-        proxy.addr(),
-        db.name,
-    );
+    let head = format!("[auth]\nrequired = false\n[store]\nurl = \"{url}\"\ntimeout = \"200ms\"\n");
     let (gateway, _) = start_gateway(&head, &fake).await;
     let responses = format!("{}/v1/responses", gateway.url);
     // Longer than any timeout of the gateway's own: only a wait on the store outlasts it.
