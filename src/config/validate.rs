@@ -298,12 +298,11 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
     }
 }
 
-/// `max_tokens` for Anthropic requests that leave it out, unless the provider says otherwise.
 /// A store operation takes milliseconds; a store silent for this long is hung (a stopped
 /// server, a network that drops packets), and waiting on it would hold every request-log row
 /// behind that batch, or a client's request, with it.
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
-
+/// `max_tokens` for Anthropic requests that leave it out, unless the provider says otherwise.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// The `anthropic-version` header sent unless the provider says otherwise.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
