@@ -71,10 +71,7 @@ async fn resolve_reference(state: &AppState, item: &Value, scope: &str) -> Resul
         return Ok(item.clone());
     };
     let timeout = state.config().store.timeout;
-    // Boxed, as the two store calls below: a store call's future is kilobytes, and inline it
-    // enlarges every client API request's future, which `connection::Tracked` moves three
-    // times (8k instructions of memcpy per 4 KB chat request when these were inline).
-    let stored = Box::pin(within(timeout, state.store.response_item(id, scope)))
+    let stored = within(timeout, state.store.response_item(id, scope))
         .await
         .map_err(store_failed)?;
     Ok(stored
@@ -85,7 +82,7 @@ async fn resolve_reference(state: &AppState, item: &Value, scope: &str) -> Resul
 /// The input and output items of the turn `id` and every turn before it.
 async fn earlier_turns(state: &AppState, id: &str, scope: &str) -> Result<Vec<Value>, ApiError> {
     let timeout = state.config().store.timeout;
-    let stored = Box::pin(within(timeout, state.store.response(id, scope)))
+    let stored = within(timeout, state.store.response(id, scope))
         .await
         .map_err(store_failed)?
         .ok_or_else(|| no_such(id))?;
@@ -173,8 +170,7 @@ impl Plan {
         };
         // The answer is served either way; a turn not stored only breaks a later
         // `previous_response_id`, which then gets a clear 404.
-        let saved = Box::pin(within(self.store_timeout, store.put_response(stored)));
-        if let Err(error) = saved.await {
+        if let Err(error) = within(self.store_timeout, store.put_response(stored)).await {
             tracing::warn!(%error, "cannot store a served response");
         }
     }
