@@ -26,6 +26,7 @@ BENCH_EVENTS=${BENCH_EVENTS:-500}        # content events in the stream scenario
 BENCH_STREAMS=${BENCH_STREAMS:-1000}     # concurrently open streams for the RSS figure
 BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-}     # SWITCHYARD_LOG for the gateway; unset: its default, as users run it
 BENCH_STREAMS_ONLY=${BENCH_STREAMS_ONLY:-0}  # 1: only the open-streams memory figure, then stop
+BENCH_STREAMS_HTTP2=${BENCH_STREAMS_HTTP2:-false} # true: the open streams reach their upstream over HTTP/2
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
 PIDS=()
@@ -36,6 +37,7 @@ for var in BENCH_SECONDS BENCH_WARMUP BENCH_THREADS BENCH_TTFB_N BENCH_EVENTS BE
     [[ ${!var} =~ ^[0-9]+$ ]] || die "$var must be a whole number, not '${!var}'"
 done
 ((BENCH_SECONDS > 0)) || die "BENCH_SECONDS must be at least 1"
+[[ $BENCH_STREAMS_HTTP2 == true || $BENCH_STREAMS_HTTP2 == false ]] || die "BENCH_STREAMS_HTTP2 must be true or false"
 ((BENCH_THREADS > 0)) || die "BENCH_THREADS must be at least 1"
 for c in $BENCH_CONCURRENCY; do
     [[ $c =~ ^[1-9][0-9]*$ ]] || die "BENCH_CONCURRENCY holds '$c', not a positive number"
@@ -176,6 +178,7 @@ name = "slow"
 kind = "openai"
 base_url = "http://$SLOW_ADDR/v1"
 key_required = false
+http2 = $BENCH_STREAMS_HTTP2
 
 [[routes]]
 name = "slow-stream"
@@ -206,7 +209,7 @@ python3 bench/send.py "$NGINX_JSON" "$WORK/sanity-direct.json" 1 >/dev/null &&
     die "a sanity request failed; see the logs below"
 
 # --- memory with many streams open, first, so no load phase's heap is in the figure --------
-log "opening $BENCH_STREAMS streams at once"
+log "opening $BENCH_STREAMS streams at once (upstream http2 = $BENCH_STREAMS_HTTP2)"
 python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
 timeout 300 python3 bench/streams.py "$GW_ADDR" "$WORK/slow-stream.json" "$BENCH_STREAMS" \
     "$GW_PID" >"$WORK/streams.json"

@@ -381,6 +381,9 @@ pub struct Provider {
     /// openai: `/v1/responses` passes through to `{base_url}/responses`; otherwise it is
     /// translated to chat completions.
     pub responses: bool,
+    /// Requests to it go over HTTP/2, many streams to a connection: negotiated by ALPN over
+    /// TLS (HTTP/1.1 when the server offers only that), with prior knowledge over plain http.
+    pub http2: bool,
 }
 
 /// One place a step can send a request: a model at a provider. With the provider's key,

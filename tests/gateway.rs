@@ -22,6 +22,7 @@ mod gateway {
     mod endpoints;
     mod fallback;
     mod hedging;
+    mod http2_upstream;
     mod key_budgets;
     mod key_rows;
     mod keys;

@@ -189,6 +189,8 @@ pub struct RawProvider {
     pub api_version: Option<String>,
     /// openai: whether it speaks the Responses API (default: only OpenAI's own base URL).
     pub responses: Option<bool>,
+    /// Whether to speak HTTP/2 to it (default: HTTP/1.1 only).
+    pub http2: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

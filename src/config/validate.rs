@@ -431,6 +431,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                 .api_version
                 .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.into()),
             responses,
+            http2: p.http2.unwrap_or(false),
         });
     }
     providers

@@ -11,10 +11,10 @@ use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -46,7 +46,10 @@ pub struct FakeStats {
 #[derive(Clone, Debug, Serialize)]
 pub struct RecordedRequest {
     pub method: String,
+    /// The path and query, however the request named its target.
     pub path: String,
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub version: String,
     /// Header names lowercased.
     pub headers: BTreeMap<String, String>,
     pub body: String,
@@ -200,7 +203,8 @@ pub fn spawn(
                 state.stats.send_modify(|s| s.open_connections += 1);
                 let service_state = state.clone();
                 let service = service_fn(move |request| handle(service_state.clone(), request));
-                let _ = http1::Builder::new()
+                // HTTP/1.1, or HTTP/2 with prior knowledge (a provider with `http2 = true`).
+                let _ = auto::Builder::new(TokioExecutor::new())
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
                 state.stats.send_modify(|s| s.open_connections -= 1);
@@ -266,7 +270,12 @@ async fn handle(
         .collect();
     state.record(RecordedRequest {
         method: parts.method.to_string(),
-        path: parts.uri.to_string(),
+        // HTTP/2 names the whole URI; HTTP/1.1, the path alone.
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| parts.uri.to_string(), ToString::to_string),
+        version: format!("{:?}", parts.version),
         headers,
         body: String::from_utf8_lossy(&body).into_owned(),
     });

@@ -21,6 +21,8 @@ pub struct UpstreamRequest {
     pub uri: String,
     pub headers: HeaderMap,
     pub body: OutBody,
+    /// Sent over HTTP/2 (the provider's `http2`).
+    pub http2: bool,
     /// The name of a header whose value is not valid in HTTP. Such a request is never sent:
     /// the attempt fails as a transport error would, as it did with reqwest's builder.
     invalid_header: Option<HeaderName>,
@@ -39,8 +41,15 @@ impl UpstreamRequest {
             uri,
             headers,
             body: body.into(),
+            http2: false,
             invalid_header: None,
         }
+    }
+
+    /// Sent over HTTP/2 when `http2` (the provider's setting).
+    pub fn over_http2(mut self, http2: bool) -> UpstreamRequest {
+        self.http2 = http2;
+        self
     }
 
     /// Adds a header from configuration or the client's request. Names are constants

@@ -13,7 +13,7 @@ use futures_util::Stream;
 use http::StatusCode;
 use http::header::HeaderValue;
 use http_body_util::BodyExt;
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
 use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
@@ -30,7 +30,8 @@ use crate::providers::{
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
 
 pub use client::{
-    ClientError, TransportError, UpstreamClient, UpstreamResponse, drop_this_threads_pools,
+    ClientError, TransportError, UpstreamBody, UpstreamClient, UpstreamResponse,
+    drop_this_threads_pools,
 };
 
 /// A whole answer that served, in the client's format.
@@ -83,7 +84,7 @@ impl Attempter for JsonAttempter<'_> {
             return rejected(&self.request, unreadable(why));
         }
         let request = match built {
-            Ok(request) => request,
+            Ok(request) => request.over_http2(provider.http2),
             Err(rejection) => return rejected(&self.request, rejection),
         };
         let scrubber = Scrubber::for_key(key);
@@ -134,7 +135,7 @@ impl Attempter for JsonAttempter<'_> {
 /// Reads a whole upstream body, failing as `Oversized` past `limit` bytes. A declared length
 /// over it is refused on the headers; an undeclared one is read chunk by chunk and dropped
 /// at the cap, so an answer too large is never held whole.
-async fn read_capped(mut incoming: Incoming, limit: usize) -> Result<Bytes, FailureClass> {
+async fn read_capped(mut incoming: UpstreamBody, limit: usize) -> Result<Bytes, FailureClass> {
     // Hyper's exact size hint is the `content-length` it framed the body by.
     let declared = incoming.size_hint().exact();
     if declared.is_some_and(|length| length > limit as u64) {
@@ -265,7 +266,7 @@ impl Attempter for StreamAttempter<'_> {
             return rejected(&self.request, unreadable(why));
         }
         let request = match built {
-            Ok(request) => request,
+            Ok(request) => request.over_http2(provider.http2),
             Err(rejection) => return rejected(&self.request, rejection),
         };
         let scrubber = Scrubber::for_key(key);

@@ -1,28 +1,74 @@
-//! The pooled HTTP client every attempt sends through: hyper's own HTTP/1 connections over
-//! rustls, pooled by `pool`, rather than reqwest or hyper-util's legacy client. Measured per
-//! request (README, "Performance"), reqwest parsed each URL three times and moved large
-//! futures through its tower layers; the legacy client hashed the authority and spawned a
-//! task per request to re-pool its connection.
+//! The pooled HTTP client every attempt sends through: hyper's own HTTP/1 and HTTP/2
+//! connections over rustls, pooled by `pool`, rather than reqwest or hyper-util's legacy
+//! client. Measured per request (README, "Performance"), reqwest parsed each URL three times
+//! and moved large futures through its tower layers; the legacy client hashed the authority
+//! and spawned a task per request to re-pool its connection.
 
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HOST};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::client::conn::{http1, http2};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::{Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tower_service::Service;
 
-use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender};
-use crate::providers::outbound::UpstreamRequest;
+use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender, StreamSlot, Streams};
+use crate::providers::outbound::{OutBody, UpstreamRequest};
 
 /// An answer's head, its body still to be read.
-pub type UpstreamResponse = Response<Incoming>;
+pub type UpstreamResponse = Response<UpstreamBody>;
+
+/// An answer's body. On HTTP/2 it holds its stream of the shared connection until it ends
+/// or is dropped, so the pool knows how many streams each connection carries.
+#[derive(Debug)]
+pub struct UpstreamBody {
+    incoming: Incoming,
+    stream: Option<StreamSlot>,
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let body = self.get_mut();
+        let polled = Pin::new(&mut body.incoming).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            body.stream = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+/// An HTTP/2 stream's receive window: what a slow reader lets the server send ahead. The
+/// connection's window covers every stream's, so one stream left unread cannot stall the
+/// others (hyper's defaults, 2 MiB a stream, would let a thousand slow readers hold 2 GB).
+const HTTP2_STREAM_WINDOW: u32 = 256 * 1024;
+const HTTP2_CONNECTION_WINDOW: u32 =
+    HTTP2_STREAM_WINDOW * super::pool::MAX_STREAMS_PER_CONNECTION as u32;
 
 /// TCP keep-alive probes, as reqwest set them: a dead peer is found within a minute.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
@@ -36,15 +82,21 @@ const TCP_KEEPALIVE_RETRIES: u32 = 3;
 #[derive(Clone)]
 pub struct UpstreamClient {
     /// What each thread's pool connects with; its address is the client's identity.
-    connector: Arc<Connector>,
+    connector: Arc<Connectors>,
 }
 
 type Connector = HttpsConnector<HttpConnector>;
+
+/// Over TLS, HTTP/1.1 alone, or HTTP/2 and HTTP/1.1 for the server to choose (ALPN).
+struct Connectors {
+    http1: Connector,
+    http2: Connector,
+}
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 thread_local! {
     /// This thread's pools, one for each live client (a test process runs several gateways).
-    static POOLS: RefCell<Vec<(Weak<Connector>, Pool)>> = const { RefCell::new(Vec::new()) };
+    static POOLS: RefCell<Vec<(Weak<Connectors>, Pool)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Why the client could not be built.
@@ -127,13 +179,20 @@ impl UpstreamClient {
         http.set_keepalive(Some(TCP_KEEPALIVE));
         http.set_keepalive_interval(Some(TCP_KEEPALIVE));
         http.set_keepalive_retries(Some(TCP_KEEPALIVE_RETRIES));
-        let connector = HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+        let connectors = Connectors {
+            http1: HttpsConnectorBuilder::new()
+                .with_tls_config(tls.clone())
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http.clone()),
+            http2: HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_all_versions()
+                .wrap_connector(http),
+        };
         Ok(UpstreamClient {
-            connector: Arc::new(connector),
+            connector: Arc::new(connectors),
         })
     }
 
@@ -142,7 +201,7 @@ impl UpstreamClient {
         let identity = Arc::as_ptr(&self.connector);
         POOLS.with_borrow_mut(|pools| {
             // A `Weak` keeps its allocation, so a live entry's address is never reused.
-            let mine = |(connector, _): &&mut (Weak<Connector>, Pool)| {
+            let mine = |(connector, _): &&mut (Weak<Connectors>, Pool)| {
                 std::ptr::eq(connector.as_ptr(), identity)
             };
             if let Some((_, pool)) = pools.iter_mut().find(mine) {
@@ -196,36 +255,56 @@ impl UpstreamClient {
         }
         let invalid_uri = || TransportError::Invalid("the URI is not valid".into());
         let uri = Uri::try_from(request.uri).map_err(|_| invalid_uri())?;
-        let (origin, host) = OriginKey::of(&uri).ok_or_else(invalid_uri)?;
+        let (origin, host) = OriginKey::of(&uri, request.http2).ok_or_else(invalid_uri)?;
         let mut outgoing = Request::new(request.body);
         *outgoing.method_mut() = request.method;
-        // On its own connection to the origin, a request names only the path (origin-form).
-        *outgoing.uri_mut() = uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/"))
-            .into();
         *outgoing.headers_mut() = request.headers;
-        outgoing.headers_mut().entry(HOST).or_insert(host);
+        origin_form(&mut outgoing, &uri, &host);
         loop {
             // The pool is never borrowed across an await.
-            let (mut sender, reused) = match self.with_pool(|pool| pool.checkout(&origin)) {
+            let (sender, reused) = match self.with_pool(|pool| pool.checkout(&origin)) {
                 Some(sender) => (sender, true),
                 // Boxed: connecting holds the TLS stream by value, kilobytes that would
                 // otherwise enlarge every request's future (a stream's, for its whole life).
-                None => (Box::pin(self.connect(uri.clone())).await?, false),
+                None => (Box::pin(self.connect(&origin, uri.clone())).await?, false),
             };
-            match sender.try_send_request(outgoing).await {
-                Ok(answer) => {
-                    self.keep(origin, sender, &answer);
-                    return Ok(answer);
+            let sent = match sender {
+                Sender::Http1(mut sender) => {
+                    if outgoing.uri().scheme().is_some() {
+                        origin_form(&mut outgoing, &uri, &host);
+                    }
+                    match sender.try_send_request(outgoing).await {
+                        Ok(answer) => {
+                            self.keep(origin, sender, &answer);
+                            return Ok(answer.map(|incoming| UpstreamBody {
+                                incoming,
+                                stream: None,
+                            }));
+                        }
+                        Err(error) => error,
+                    }
                 }
-                Err(mut error) => match error.take_message() {
-                    // A kept connection the peer closed before the request went out: nothing
-                    // was sent, so it goes again on another one.
-                    Some(unsent) if reused => outgoing = unsent,
-                    _ => return Err(TransportError::Send(error.into_error())),
-                },
+                Sender::Http2(mut sender, slot) => {
+                    // HTTP/2 names the origin in the request's own pseudo-headers.
+                    *outgoing.uri_mut() = uri.clone();
+                    outgoing.headers_mut().remove(HOST);
+                    match sender.try_send_request(outgoing).await {
+                        Ok(answer) => {
+                            return Ok(answer.map(|incoming| UpstreamBody {
+                                incoming,
+                                stream: Some(slot),
+                            }));
+                        }
+                        Err(error) => error,
+                    }
+                }
+            };
+            let mut error = sent;
+            match error.take_message() {
+                // A kept connection the peer closed before the request went out: nothing
+                // was sent, so it goes again on another one.
+                Some(unsent) if reused => outgoing = unsent,
+                _ => return Err(TransportError::Send(error.into_error())),
             }
         }
     }
@@ -234,7 +313,12 @@ impl UpstreamClient {
     /// once, so its connection goes straight back and is ready a moment later. A stream's stays
     /// busy for as long as the stream lasts: a task waits for it to be ready, so thousands of
     /// open streams are not scanned past by every checkout.
-    fn keep(&self, origin: OriginKey, mut sender: Sender, answer: &UpstreamResponse) {
+    fn keep(
+        &self,
+        origin: OriginKey,
+        mut sender: http1::SendRequest<OutBody>,
+        answer: &Response<Incoming>,
+    ) {
         let streaming = answer
             .headers()
             .get(CONTENT_TYPE)
@@ -255,22 +339,80 @@ impl UpstreamClient {
         });
     }
 
-    /// A new connection to `uri`'s origin, its task running on this thread's runtime.
-    async fn connect(&self, uri: Uri) -> Result<Sender, TransportError> {
-        let mut connector = Connector::clone(&self.connector);
+    /// A new connection to `uri`'s origin, its task running on this thread's runtime. To an
+    /// HTTP/2 origin, one request connects at a time and the others wait for its connection,
+    /// which has room for them all (up to [`super::pool::MAX_STREAMS_PER_CONNECTION`]).
+    async fn connect(&self, origin: &OriginKey, uri: Uri) -> Result<Sender, TransportError> {
+        if !origin.http2 {
+            let io = self.dial(&self.connector.http1, uri).await?;
+            return Ok(Sender::Http1(handshake_http1(io).await?));
+        }
+        let connecting = self.with_pool(|pool| pool.connecting(origin));
+        let _turn = connecting.lock_owned().await;
+        if let Some(sender) = self.with_pool(|pool| pool.checkout(origin)) {
+            return Ok(sender);
+        }
+        let io = self.dial(&self.connector.http2, uri).await?;
+        // Over TLS the server chose; over plain http HTTP/2 is spoken with prior knowledge.
+        let http1_chosen =
+            matches!(&io, MaybeHttpsStream::Https(_)) && !io.connected().is_negotiated_h2();
+        if http1_chosen {
+            return Ok(Sender::Http1(handshake_http1(io).await?));
+        }
+        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+            .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+            .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+            .handshake(io)
+            .await
+            .map_err(|error| TransportError::Connect(error.into()))?;
+        let streams = Arc::new(Streams::default());
+        let allowed = streams.clone();
+        let mut connection = Box::pin(connection);
+        tokio::spawn(std::future::poll_fn(move |cx| {
+            let polled = connection.as_mut().poll(cx);
+            // The server's SETTINGS may lower (or raise) how many streams it takes at once.
+            allowed.allow(connection.current_max_send_streams());
+            polled.map(|_| ())
+        }));
+        Ok(self.with_pool(|pool| pool.share(origin, sender, streams)))
+    }
+
+    /// A TCP (and, for https, TLS) connection to `uri`'s origin.
+    async fn dial(&self, connector: &Connector, uri: Uri) -> Result<Io, TransportError> {
+        let mut connector = connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
             .map_err(TransportError::Connect)?;
-        let io = connector.call(uri).await.map_err(TransportError::Connect)?;
-        let (sender, connection) = http1::handshake(io)
-            .await
-            .map_err(|error| TransportError::Connect(error.into()))?;
-        // Its error, if any, reaches the request that was using it.
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(sender)
+        connector.call(uri).await.map_err(TransportError::Connect)
     }
+}
+
+type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+
+/// On its own HTTP/1.1 connection to the origin, a request names only the path (origin-form)
+/// and the origin in `Host`.
+fn origin_form(request: &mut Request<OutBody>, uri: &Uri, host: &http::HeaderValue) {
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    *request.uri_mut() = path.into();
+    request
+        .headers_mut()
+        .entry(HOST)
+        .or_insert_with(|| host.clone());
+}
+
+/// An HTTP/1.1 connection over `io`, its task running on this thread's runtime.
+async fn handshake_http1(io: Io) -> Result<http1::SendRequest<OutBody>, TransportError> {
+    let (sender, connection) = http1::handshake(io)
+        .await
+        .map_err(|error| TransportError::Connect(error.into()))?;
+    // Its error, if any, reaches the request that was using it.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
 }
 
 #[cfg(test)]
@@ -346,7 +488,9 @@ mod tests {
         assert!(rest.is_empty(), "{rest:?}");
         assert!(
             client
-                .with_pool(|pool| pool.checkout(&OriginKey::of(&uri.parse().unwrap()).unwrap().0))
+                .with_pool(
+                    |pool| pool.checkout(&OriginKey::of(&uri.parse().unwrap(), false).unwrap().0)
+                )
                 .is_none()
         );
     }

@@ -4,13 +4,20 @@
 //! `client::UpstreamClient::keep`). Against hyper-util's legacy pool this saves, per request,
 //! its checkout, a SipHash of the authority and the task that re-pooled every connection:
 //! about 8k instructions of a 4 KB request (README, "Performance").
+//!
+//! An HTTP/2 connection (a provider with `http2 = true`) never leaves its list: each request
+//! takes one of its streams, up to the server's limit, and gives it back when the answer's
+//! body is done or dropped (`StreamSlot`).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use http::Uri;
 use http::header::HeaderValue;
 use http::uri::Authority;
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::{http1, http2};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::providers::outbound::OutBody;
@@ -22,20 +29,84 @@ pub(super) const MAX_PER_ORIGIN: usize = 1024;
 /// How long a connection may sit unused before it is closed (reqwest's default, kept).
 pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// What a request sends on.
-pub(super) type Sender = SendRequest<OutBody>;
+/// Streams opened on one HTTP/2 connection before another is made, unless the server allows
+/// fewer: the least a server should allow (RFC 9113, 6.5.2).
+pub(super) const MAX_STREAMS_PER_CONNECTION: usize = 100;
 
-/// Where a connection goes: the scheme and the authority, as a URI names them.
+/// What a request sends on.
+pub(super) enum Sender {
+    /// An HTTP/1.1 connection of its own, back in the pool once the answer's head is in.
+    Http1(http1::SendRequest<OutBody>),
+    /// A stream of a shared HTTP/2 connection, counted until the answer's body is done.
+    Http2(http2::SendRequest<OutBody>, StreamSlot),
+}
+
+/// An HTTP/2 connection's streams: how many are in use, and how many the server allows (from
+/// its `SETTINGS`, read by the connection's task).
+#[derive(Debug)]
+pub struct Streams {
+    in_use: AtomicUsize,
+    allowed: AtomicUsize,
+}
+
+impl Default for Streams {
+    fn default() -> Streams {
+        Streams {
+            in_use: AtomicUsize::new(0),
+            allowed: AtomicUsize::new(MAX_STREAMS_PER_CONNECTION),
+        }
+    }
+}
+
+impl Streams {
+    /// What the server's `SETTINGS_MAX_CONCURRENT_STREAMS` now allows.
+    pub(super) fn allow(&self, allowed: usize) {
+        self.allowed.store(allowed, Ordering::Relaxed);
+    }
+
+    fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    fn has_room(&self) -> bool {
+        let allowed = self
+            .allowed
+            .load(Ordering::Relaxed)
+            .min(MAX_STREAMS_PER_CONNECTION);
+        self.in_use() < allowed
+    }
+}
+
+/// One of an HTTP/2 connection's streams in use: dropped with the answer's body.
+#[derive(Debug)]
+pub struct StreamSlot(Arc<Streams>);
+
+impl StreamSlot {
+    fn take(streams: &Arc<Streams>) -> StreamSlot {
+        streams.in_use.fetch_add(1, Ordering::Relaxed);
+        StreamSlot(streams.clone())
+    }
+}
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.in_use.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Where a connection goes: the scheme, the authority as a URI names them, and whether it
+/// speaks HTTP/2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct OriginKey {
     https: bool,
     authority: Authority,
+    pub(super) http2: bool,
 }
 
 impl OriginKey {
     /// The origin `uri` names, with the `Host` header a request to it carries (its port only
     /// when it is not the scheme's default), or `None` for a URI without scheme or host.
-    pub(super) fn of(uri: &Uri) -> Option<(OriginKey, HeaderValue)> {
+    pub(super) fn of(uri: &Uri, http2: bool) -> Option<(OriginKey, HeaderValue)> {
         let https = match uri.scheme_str()? {
             "https" => true,
             "http" => false,
@@ -49,12 +120,19 @@ impl OriginKey {
             _ => HeaderValue::from_str(authority.host()),
         }
         .ok()?;
-        Some((OriginKey { https, authority }, host))
+        Some((
+            OriginKey {
+                https,
+                authority,
+                http2,
+            },
+            host,
+        ))
     }
 }
 
 struct Pooled {
-    sender: Sender,
+    sender: http1::SendRequest<OutBody>,
     /// When it last carried a request; the idle clock starts here.
     last_used: Instant,
 }
@@ -67,9 +145,46 @@ impl Pooled {
     }
 }
 
+/// An HTTP/2 connection, with the count of its streams in use.
+struct Shared {
+    sender: http2::SendRequest<OutBody>,
+    streams: Arc<Streams>,
+    last_used: Instant,
+}
+
+impl Shared {
+    /// Closed, or carrying no stream for longer than `idle_timeout`.
+    fn is_spent(&self, now: Instant, idle_timeout: Duration) -> bool {
+        self.sender.is_closed()
+            || (self.streams.in_use() == 0 && now.duration_since(self.last_used) > idle_timeout)
+    }
+
+    /// Whether it may open another stream now.
+    fn has_room(&self) -> bool {
+        self.sender.is_ready() && self.streams.has_room()
+    }
+}
+
 struct Origin {
     key: OriginKey,
     connections: Vec<Pooled>,
+    /// HTTP/2 connections; an origin with `http2` also keeps HTTP/1.1 ones, when a TLS
+    /// server chose HTTP/1.1.
+    shared: Vec<Shared>,
+    /// Held while an HTTP/2 connection is being made, so that a burst of requests waits for
+    /// it rather than each opening one.
+    connecting: Arc<Mutex<()>>,
+}
+
+impl Origin {
+    fn new(key: OriginKey) -> Origin {
+        Origin {
+            key,
+            connections: Vec::new(),
+            shared: Vec::new(),
+            connecting: Arc::default(),
+        }
+    }
 }
 
 /// The connections of one client on one thread. Origins are the configured providers' base
@@ -85,6 +200,16 @@ impl Pool {
     pub(super) fn checkout(&mut self, key: &OriginKey) -> Option<Sender> {
         let origin = self.origins.iter_mut().find(|origin| origin.key == *key)?;
         let now = Instant::now();
+        if key.http2 {
+            origin
+                .shared
+                .retain(|shared| !shared.is_spent(now, IDLE_TIMEOUT));
+            if let Some(shared) = origin.shared.iter_mut().find(|shared| shared.has_room()) {
+                shared.last_used = now;
+                let slot = StreamSlot::take(&shared.streams);
+                return Some(Sender::Http2(shared.sender.clone(), slot));
+            }
+        }
         // From the end: the connections returned last sit there, and `swap_remove` is O(1).
         let mut index = origin.connections.len();
         while index > 0 {
@@ -93,16 +218,48 @@ impl Pool {
             if pooled.is_spent(now, IDLE_TIMEOUT) {
                 origin.connections.swap_remove(index);
             } else if pooled.sender.is_ready() {
-                return Some(origin.connections.swap_remove(index).sender);
+                return Some(Sender::Http1(origin.connections.swap_remove(index).sender));
             }
         }
         None
     }
 
+    /// The lock a request holds while it makes an HTTP/2 connection to `key`.
+    pub(super) fn connecting(&mut self, key: &OriginKey) -> Arc<Mutex<()>> {
+        self.origin(key).connecting.clone()
+    }
+
+    /// Adds a new HTTP/2 connection to `key`, and takes its first stream.
+    pub(super) fn share(
+        &mut self,
+        key: &OriginKey,
+        sender: http2::SendRequest<OutBody>,
+        streams: Arc<Streams>,
+    ) -> Sender {
+        let slot = StreamSlot::take(&streams);
+        self.origin(key).shared.push(Shared {
+            sender: sender.clone(),
+            streams,
+            last_used: Instant::now(),
+        });
+        Sender::Http2(sender, slot)
+    }
+
+    fn origin(&mut self, key: &OriginKey) -> &mut Origin {
+        match self.origins.iter().position(|origin| origin.key == *key) {
+            Some(index) => &mut self.origins[index],
+            None => {
+                self.origins.push(Origin::new(key.clone()));
+                let last = self.origins.len() - 1;
+                &mut self.origins[last]
+            }
+        }
+    }
+
     /// Keeps `sender` for later requests once its answer's head arrived: it serves the next
     /// one when hyper has read the rest of this answer. Past [`MAX_PER_ORIGIN`] it is let go,
     /// and its connection closes when the answer is done.
-    pub(super) fn put_back(&mut self, key: OriginKey, sender: Sender) {
+    pub(super) fn put_back(&mut self, key: OriginKey, sender: http1::SendRequest<OutBody>) {
         if sender.is_closed() {
             return;
         }
@@ -113,10 +270,11 @@ impl Pool {
         match self.origins.iter_mut().find(|origin| origin.key == key) {
             Some(origin) if origin.connections.len() >= MAX_PER_ORIGIN => {}
             Some(origin) => origin.connections.push(pooled),
-            None => self.origins.push(Origin {
-                key,
-                connections: vec![pooled],
-            }),
+            None => {
+                let mut origin = Origin::new(key);
+                origin.connections.push(pooled);
+                self.origins.push(origin);
+            }
         }
     }
 
@@ -128,8 +286,12 @@ impl Pool {
             origin
                 .connections
                 .retain(|pooled| !pooled.is_spent(now, idle_timeout));
+            origin
+                .shared
+                .retain(|shared| !shared.is_spent(now, idle_timeout));
         }
-        self.origins.retain(|origin| !origin.connections.is_empty());
+        self.origins
+            .retain(|origin| !origin.connections.is_empty() || !origin.shared.is_empty());
     }
 }
 
@@ -138,7 +300,7 @@ mod tests {
     use super::*;
 
     fn key(uri: &str) -> (OriginKey, HeaderValue) {
-        OriginKey::of(&uri.parse().unwrap()).unwrap()
+        OriginKey::of(&uri.parse().unwrap(), false).unwrap()
     }
 
     #[test]
@@ -158,7 +320,9 @@ mod tests {
         assert_eq!(key("http://a:1/x").0, key("http://a:1/y?z").0);
         assert_ne!(key("http://a:1/x").0, key("https://a:1/x").0);
         assert_ne!(key("http://a:1/x").0, key("http://a:2/x").0);
-        assert!(OriginKey::of(&"/v1/chat".parse().unwrap()).is_none());
-        assert!(OriginKey::of(&"ftp://a/x".parse().unwrap()).is_none());
+        assert!(OriginKey::of(&"/v1/chat".parse().unwrap(), false).is_none());
+        assert!(OriginKey::of(&"ftp://a/x".parse().unwrap(), false).is_none());
+        let http2 = OriginKey::of(&"http://a:1/x".parse().unwrap(), true).unwrap();
+        assert_ne!(key("http://a:1/x").0, http2.0);
     }
 }

@@ -1,0 +1,94 @@
+//! `http2 = true` on a provider: requests go to it over HTTP/2 (prior knowledge on plain
+//! http), many streams to one connection, up to 100 a connection, and a stream's place is
+//! given back when its answer ends or its client goes away.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+
+use super::support::*;
+
+/// One serving thread, so the gateway's connections to the fake come from one pool.
+fn config(fake: &FakeHandle, http2: bool) -> String {
+    format!(
+        "[server]\nthreads = 1\n[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\nkey_required = false\nhttp2 = {http2}\n{}",
+        fake.base_url(),
+        route("r", &[("up", "m")], "")
+    )
+}
+
+#[tokio::test]
+async fn a_provider_with_http2_is_sent_json_and_streams_over_http2() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&config(&fake, true)).await;
+
+    let answer = post(&gateway, &chat("r")).await;
+    assert_eq!(answer.status(), 200);
+    let answer: serde_json::Value = answer.json().await.unwrap();
+    assert!(!content(&answer).is_empty(), "{answer}");
+
+    let streamed = post(&gateway, &chat_stream("r")).await;
+    assert_eq!(streamed.status(), 200);
+    let events = sse_data(&streamed.text().await.unwrap());
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("[DONE]"),
+        "{events:?}"
+    );
+    assert!(!streamed_text(&events).is_empty(), "{events:?}");
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(request.version, "HTTP/2.0");
+        assert_eq!(request.path, "/v1/chat/completions");
+    }
+    // Both on one connection.
+    assert_eq!(fake.stats().open_connections, 1);
+}
+
+#[tokio::test]
+async fn a_provider_without_it_is_sent_http1() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&config(&fake, false)).await;
+    assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
+    assert_eq!(fake.requests()[0].version, "HTTP/1.1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_share_connections_a_hundred_each_and_give_their_place_back() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(10, 0).stall_after(1))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&config(&fake, true)).await;
+    let client = client();
+    let url = format!("{}/v1/chat/completions", gateway.url());
+
+    for round in 1..=2 {
+        let requests = (0..150).map(|_| async {
+            let response = client
+                .post(&url)
+                .json(&chat_stream("r"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+            let mut body = response.bytes_stream();
+            body.next().await.expect("a first event").unwrap();
+            body
+        });
+        let open = futures_util::future::join_all(requests).await;
+        // 150 streams open at once: a connection of 100 and one of 50. Over HTTP/1.1 it
+        // would be 150 connections; had the first round's streams kept their places, the
+        // second would need more connections.
+        assert_eq!(fake.stats().open_connections, 2, "round {round}");
+        drop(open);
+        let cancelled = fake.wait_until(|s| s.streams_cancelled == 150 * round);
+        tokio::time::timeout(Duration::from_secs(30), cancelled)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: {:?}", fake.stats()));
+    }
+}
