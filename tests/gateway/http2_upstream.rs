@@ -92,3 +92,46 @@ async fn streams_share_connections_a_hundred_each_and_give_their_place_back() {
             .unwrap_or_else(|_| panic!("round {round}: {:?}", fake.stats()));
     }
 }
+
+/// Two providers on one fake: the same origin, so the same HTTP/2 connection.
+fn two_providers(fake: &FakeHandle) -> String {
+    let provider = |name: &str| {
+        format!(
+            "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{}\"\nkey_required = false\nhttp2 = true\n",
+            fake.base_url()
+        )
+    };
+    format!(
+        "[server]\nthreads = 1\n{}{}{}",
+        provider("primary"),
+        provider("secondary"),
+        route("r", &[("primary", "a"), ("secondary", "b")], "")
+    )
+}
+
+#[tokio::test]
+async fn a_reset_stream_fails_over_and_its_connection_serves_on() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::reset())
+        .then(Behavior::ok())
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&two_providers(&fake)).await;
+
+    let answer = post(&gateway, &chat("r")).await;
+    assert_eq!(answer.status(), 200);
+    assert_eq!(header(&answer, "x-switchyard-step"), "1");
+    let second = post(&gateway, &chat("r")).await;
+    assert_eq!(header(&second, "x-switchyard-step"), "0");
+
+    let requests = fake.requests();
+    let models: Vec<String> = requests
+        .iter()
+        .map(|r| r.json()["model"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(models, ["a", "b", "a"]);
+    assert!(requests.iter().all(|r| r.version == "HTTP/2.0"));
+    // The reset ended one stream, not the connection the other requests shared.
+    assert_eq!(fake.stats().open_connections, 1);
+}
