@@ -264,9 +264,7 @@ impl UpstreamClient {
             // The pool is never borrowed across an await.
             let (sender, reused) = match self.with_pool(|pool| pool.checkout(&origin)) {
                 Some(sender) => (sender, true),
-                // Boxed: connecting holds the TLS stream by value, kilobytes that would
-                // otherwise enlarge every request's future (a stream's, for its whole life).
-                None => (Box::pin(self.connect(&origin, uri.clone())).await?, false),
+                None => (self.connect(&origin, &uri).await?, false),
             };
             let sent = match sender {
                 Sender::Http1(mut sender) => {
@@ -342,16 +340,28 @@ impl UpstreamClient {
     /// A new connection to `uri`'s origin, its task running on this thread's runtime. To an
     /// HTTP/2 origin, one request connects at a time and the others wait for its connection,
     /// which has room for them all (up to [`super::pool::MAX_STREAMS_PER_CONNECTION`]).
-    async fn connect(&self, origin: &OriginKey, uri: Uri) -> Result<Sender, TransportError> {
+    ///
+    /// The connecting itself is boxed: it holds the TLS stream by value, kilobytes that would
+    /// otherwise enlarge every request's future, and a burst waiting for an HTTP/2 connection
+    /// holds only the wait.
+    async fn connect(&self, origin: &OriginKey, uri: &Uri) -> Result<Sender, TransportError> {
         if !origin.http2 {
-            let io = self.dial(&self.connector.http1, uri).await?;
-            return Ok(Sender::Http1(handshake_http1(io).await?));
+            return Box::pin(self.connect_http1(uri.clone())).await;
         }
         let connecting = self.with_pool(|pool| pool.connecting(origin));
         let _turn = connecting.lock_owned().await;
         if let Some(sender) = self.with_pool(|pool| pool.checkout(origin)) {
             return Ok(sender);
         }
+        Box::pin(self.connect_http2(origin, uri.clone())).await
+    }
+
+    async fn connect_http1(&self, uri: Uri) -> Result<Sender, TransportError> {
+        let io = self.dial(&self.connector.http1, uri).await?;
+        Ok(Sender::Http1(handshake_http1(io).await?))
+    }
+
+    async fn connect_http2(&self, origin: &OriginKey, uri: Uri) -> Result<Sender, TransportError> {
         let io = self.dial(&self.connector.http2, uri).await?;
         // Over TLS the server chose; over plain http HTTP/2 is spoken with prior knowledge.
         let http1_chosen =
