@@ -116,7 +116,9 @@ async fn serve(
     // The Responses API's stored state: the input rebuilt from the previous turn.
     let responses_plan = match endpoint.operation {
         Operation::Responses => {
-            match super::responses::before(state, &caller, &mut prepared.request).await {
+            // Boxed, as is `after` below: only the Responses API waits on its stored state,
+            // and inline these made every request's future kilobytes larger.
+            match Box::pin(super::responses::before(state, &caller, &mut prepared.request)).await {
                 Ok(plan) => Some(plan),
                 Err(error) => return refuse(guard, error, format),
             }
@@ -147,7 +149,7 @@ async fn serve(
         Box::pin(route_json(state, prepared, guard, permit)).await
     };
     if let Some(plan) = responses_plan {
-        response = super::responses::after(plan, response).await;
+        response = Box::pin(super::responses::after(plan, response)).await;
     }
     admission::add_rate_headers(&mut response, &rate_headers);
     spend::add_remaining_header(&mut response, remaining);
