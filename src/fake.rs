@@ -33,6 +33,7 @@ pub struct FakeUpstream {
     name: String,
     script: Script,
     required_key: Option<String>,
+    http2_max_streams: Option<u32>,
 }
 
 impl FakeUpstream {
@@ -42,6 +43,7 @@ impl FakeUpstream {
             name: name.to_owned(),
             script: Script::default(),
             required_key: None,
+            http2_max_streams: None,
         }
     }
 
@@ -70,6 +72,13 @@ impl FakeUpstream {
         self
     }
 
+    /// Allows an HTTP/2 client at most `streams` streams at once on a connection (its
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; hyper's default is 200).
+    pub fn http2_max_streams(mut self, streams: u32) -> FakeUpstream {
+        self.http2_max_streams = Some(streams);
+        self
+    }
+
     /// Starts on an ephemeral loopback port.
     pub async fn start(self) -> std::io::Result<FakeHandle> {
         self.start_on(SocketAddr::from(([127, 0, 0, 1], 0))).await
@@ -83,6 +92,7 @@ impl FakeUpstream {
             self.name,
             self.script,
             self.required_key,
+            self.http2_max_streams,
         ))
     }
 }

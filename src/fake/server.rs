@@ -179,6 +179,7 @@ pub fn spawn(
     name: String,
     script: Script,
     required_key: Option<String>,
+    http2_max_streams: Option<u32>,
 ) -> FakeHandle {
     // Binding succeeded, so the local address is known.
     let addr = listener
@@ -204,7 +205,11 @@ pub fn spawn(
                 let service_state = state.clone();
                 let service = service_fn(move |request| handle(service_state.clone(), request));
                 // HTTP/1.1, or HTTP/2 with prior knowledge (a provider with `http2 = true`).
-                let _ = auto::Builder::new(TokioExecutor::new())
+                let mut builder = auto::Builder::new(TokioExecutor::new());
+                if let Some(streams) = http2_max_streams {
+                    builder.http2().max_concurrent_streams(streams);
+                }
+                let _ = builder
                     .serve_connection(TokioIo::new(stream), service)
                     .await;
                 state.stats.send_modify(|s| s.open_connections -= 1);

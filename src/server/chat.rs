@@ -118,7 +118,13 @@ async fn serve(
         Operation::Responses => {
             // Boxed, as is `after` below: only the Responses API waits on its stored state,
             // and inline these made every request's future kilobytes larger.
-            match Box::pin(super::responses::before(state, &caller, &mut prepared.request)).await {
+            match Box::pin(super::responses::before(
+                state,
+                &caller,
+                &mut prepared.request,
+            ))
+            .await
+            {
                 Ok(plan) => Some(plan),
                 Err(error) => return refuse(guard, error, format),
             }

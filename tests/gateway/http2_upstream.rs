@@ -135,3 +135,50 @@ async fn a_reset_stream_fails_over_and_its_connection_serves_on() {
     // The reset ended one stream, not the connection the other requests shared.
     assert_eq!(fake.stats().open_connections, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_allows_fewer_streams_gets_more_connections() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(10, 0).stall_after(1))
+        .http2_max_streams(10)
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&config(&fake, true)).await;
+    let client = client();
+    let url = format!("{}/v1/chat/completions", gateway.url());
+    // The first connection is made before the server's SETTINGS arrive, so it may have taken
+    // more than its 10 (the others wait in hyper until its streams free up); one stream first.
+    let first = async {
+        let response = client
+            .post(&url)
+            .json(&chat_stream("r"))
+            .send()
+            .await
+            .unwrap();
+        let mut body = response.bytes_stream();
+        body.next().await.expect("a first event").unwrap();
+        body
+    };
+    let first = first.await;
+    let requests = (0..24).map(|_| async {
+        let response = client
+            .post(&url)
+            .json(&chat_stream("r"))
+            .send()
+            .await
+            .unwrap();
+        let mut body = response.bytes_stream();
+        body.next().await.expect("a first event").unwrap();
+        body
+    });
+    // Every stream gets its first event: none waits for room on a full connection.
+    let open = tokio::time::timeout(
+        Duration::from_secs(30),
+        futures_util::future::join_all(requests),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("streams waited for room: {:?}", fake.stats()));
+    assert_eq!(fake.stats().open_connections, 3);
+    drop((first, open));
+}

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tower_service::Service;
 
-use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender, StreamSlot, Streams};
+use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender, StreamSlot};
 use crate::providers::outbound::{OutBody, UpstreamRequest};
 
 /// An answer's head, its body still to be read.
@@ -369,13 +369,16 @@ impl UpstreamClient {
         if http1_chosen {
             return Ok(Sender::Http1(handshake_http1(io).await?));
         }
+        // Until the server's SETTINGS arrive, the requests waiting for this connection are
+        // counted against what the origin's server last allowed.
+        let streams = self.with_pool(|pool| pool.new_streams(origin));
         let (sender, connection) = http2::Builder::new(TokioExecutor::new())
             .initial_stream_window_size(HTTP2_STREAM_WINDOW)
             .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
+            .initial_max_send_streams(streams.allowed())
             .handshake(io)
             .await
             .map_err(|error| TransportError::Connect(error.into()))?;
-        let streams = Arc::new(Streams::default());
         let allowed = streams.clone();
         let mut connection = Box::pin(connection);
         tokio::spawn(std::future::poll_fn(move |cx| {

@@ -49,19 +49,22 @@ pub struct Streams {
     allowed: AtomicUsize,
 }
 
-impl Default for Streams {
-    fn default() -> Streams {
+impl Streams {
+    /// A new connection's, until its server's `SETTINGS` say otherwise.
+    fn allowing(allowed: usize) -> Streams {
         Streams {
             in_use: AtomicUsize::new(0),
-            allowed: AtomicUsize::new(MAX_STREAMS_PER_CONNECTION),
+            allowed: AtomicUsize::new(allowed),
         }
     }
-}
 
-impl Streams {
     /// What the server's `SETTINGS_MAX_CONCURRENT_STREAMS` now allows.
     pub(super) fn allow(&self, allowed: usize) {
         self.allowed.store(allowed, Ordering::Relaxed);
+    }
+
+    pub(super) fn allowed(&self) -> usize {
+        self.allowed.load(Ordering::Relaxed)
     }
 
     fn in_use(&self) -> usize {
@@ -69,11 +72,7 @@ impl Streams {
     }
 
     fn has_room(&self) -> bool {
-        let allowed = self
-            .allowed
-            .load(Ordering::Relaxed)
-            .min(MAX_STREAMS_PER_CONNECTION);
-        self.in_use() < allowed
+        self.in_use() < self.allowed().min(MAX_STREAMS_PER_CONNECTION)
     }
 }
 
@@ -174,6 +173,9 @@ struct Origin {
     /// Held while an HTTP/2 connection is being made, so that a burst of requests waits for
     /// it rather than each opening one.
     connecting: Arc<Mutex<()>>,
+    /// The streams this origin's server last allowed a connection: a new connection starts
+    /// with it, since the requests waiting for it are sent before its own `SETTINGS` arrive.
+    streams_allowed: usize,
 }
 
 impl Origin {
@@ -183,6 +185,7 @@ impl Origin {
             connections: Vec::new(),
             shared: Vec::new(),
             connecting: Arc::default(),
+            streams_allowed: MAX_STREAMS_PER_CONNECTION,
         }
     }
 }
@@ -204,6 +207,9 @@ impl Pool {
             origin
                 .shared
                 .retain(|shared| !shared.is_spent(now, IDLE_TIMEOUT));
+            if let Some(newest) = origin.shared.last() {
+                origin.streams_allowed = newest.streams.allowed();
+            }
             if let Some(shared) = origin.shared.iter_mut().find(|shared| shared.has_room()) {
                 shared.last_used = now;
                 let slot = StreamSlot::take(&shared.streams);
@@ -227,6 +233,11 @@ impl Pool {
     /// The lock a request holds while it makes an HTTP/2 connection to `key`.
     pub(super) fn connecting(&mut self, key: &OriginKey) -> Arc<Mutex<()>> {
         self.origin(key).connecting.clone()
+    }
+
+    /// The stream count of a new HTTP/2 connection to `key`, for its task to update.
+    pub(super) fn new_streams(&mut self, key: &OriginKey) -> Arc<Streams> {
+        Arc::new(Streams::allowing(self.origin(key).streams_allowed))
     }
 
     /// Adds a new HTTP/2 connection to `key`, and takes its first stream.
