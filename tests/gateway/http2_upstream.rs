@@ -56,6 +56,24 @@ async fn a_provider_without_it_is_sent_http1() {
     assert_eq!(fake.requests()[0].version, "HTTP/1.1");
 }
 
+/// Opens a stream through the gateway at `url` and returns its body once its first event is
+/// in; the fake holds it open after that, until the body is dropped.
+async fn open_stream(
+    client: &reqwest::Client,
+    url: &str,
+) -> impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> {
+    let response = client
+        .post(url)
+        .json(&chat_stream("r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    body.next().await.expect("a first event").unwrap();
+    body
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_share_connections_a_hundred_each_and_give_their_place_back() {
     let fake = FakeUpstream::new("up")
@@ -68,18 +86,7 @@ async fn streams_share_connections_a_hundred_each_and_give_their_place_back() {
     let url = format!("{}/v1/chat/completions", gateway.url());
 
     for round in 1..=2 {
-        let requests = (0..150).map(|_| async {
-            let response = client
-                .post(&url)
-                .json(&chat_stream("r"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200);
-            let mut body = response.bytes_stream();
-            body.next().await.expect("a first event").unwrap();
-            body
-        });
+        let requests = (0..150).map(|_| open_stream(&client, &url));
         let open = futures_util::future::join_all(requests).await;
         // 150 streams open at once: a connection of 100 and one of 50. Over HTTP/1.1 it
         // would be 150 connections; had the first round's streams kept their places, the
@@ -147,31 +154,10 @@ async fn a_server_that_allows_fewer_streams_gets_more_connections() {
     let gateway = gateway(&config(&fake, true)).await;
     let client = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
-    // The first connection is made before the server's SETTINGS arrive, so it may have taken
-    // more than its 10 (the others wait in hyper until its streams free up); one stream first.
-    let first = async {
-        let response = client
-            .post(&url)
-            .json(&chat_stream("r"))
-            .send()
-            .await
-            .unwrap();
-        let mut body = response.bytes_stream();
-        body.next().await.expect("a first event").unwrap();
-        body
-    };
-    let first = first.await;
-    let requests = (0..24).map(|_| async {
-        let response = client
-            .post(&url)
-            .json(&chat_stream("r"))
-            .send()
-            .await
-            .unwrap();
-        let mut body = response.bytes_stream();
-        body.next().await.expect("a first event").unwrap();
-        body
-    });
+    // One stream first: the first connection to an origin is made before anything is known
+    // of its server, so a burst could overfill it before its SETTINGS arrive.
+    let first = open_stream(&client, &url).await;
+    let requests = (0..24).map(|_| open_stream(&client, &url));
     // Every stream gets its first event: none waits for room on a full connection.
     let open = tokio::time::timeout(
         Duration::from_secs(30),
