@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::server::Gateway;
 
 use super::support::*;
 
@@ -56,6 +57,19 @@ async fn a_provider_without_it_is_sent_http1() {
     assert_eq!(fake.requests()[0].version, "HTTP/1.1");
 }
 
+/// `fake`, each of whose streams stops after its first event, behind a gateway that reaches
+/// it over HTTP/2; with a client and the gateway's chat URL.
+async fn stalling(fake: FakeUpstream) -> (FakeHandle, Gateway, reqwest::Client, String) {
+    let fake = fake
+        .then(Behavior::ok().chunks(10, 0).stall_after(1))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&config(&fake, true)).await;
+    let url = format!("{}/v1/chat/completions", gateway.url());
+    (fake, gateway, client(), url)
+}
+
 /// Opens a stream through the gateway at `url` and returns its body once its first event is
 /// in; the fake holds it open after that, until the body is dropped.
 async fn open_stream(
@@ -76,14 +90,7 @@ async fn open_stream(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_share_connections_a_hundred_each_and_give_their_place_back() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(10, 0).stall_after(1))
-        .start()
-        .await
-        .unwrap();
-    let gateway = gateway(&config(&fake, true)).await;
-    let client = client();
-    let url = format!("{}/v1/chat/completions", gateway.url());
+    let (fake, _gateway, client, url) = stalling(FakeUpstream::new("up")).await;
 
     for round in 1..=2 {
         let requests = (0..150).map(|_| open_stream(&client, &url));
@@ -145,15 +152,8 @@ async fn a_reset_stream_fails_over_and_its_connection_serves_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_allows_fewer_streams_gets_more_connections() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(10, 0).stall_after(1))
-        .http2_max_streams(10)
-        .start()
-        .await
-        .unwrap();
-    let gateway = gateway(&config(&fake, true)).await;
-    let client = client();
-    let url = format!("{}/v1/chat/completions", gateway.url());
+    let (fake, _gateway, client, url) =
+        stalling(FakeUpstream::new("up").http2_max_streams(10)).await;
     // One stream first: the first connection to an origin is made before anything is known
     // of its server, so a burst could overfill it before its SETTINGS arrive.
     let first = open_stream(&client, &url).await;
