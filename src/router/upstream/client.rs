@@ -508,3 +508,38 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod http2_tests {
+    use super::*;
+    use crate::fake::{Behavior, FakeUpstream};
+
+    #[tokio::test]
+    async fn a_shared_connection_is_idle_from_its_last_stream_not_its_first() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = UpstreamClient::new(Duration::from_secs(5)).unwrap();
+        let fake = FakeUpstream::new("up")
+            .then(Behavior::ok().chunks(10, 0).stall_after(1))
+            .start()
+            .await
+            .unwrap();
+        let uri = format!("{}/chat/completions", fake.base_url());
+        let request = UpstreamRequest::post(uri.clone(), OutBody::default(), true).over_http2(true);
+        let mut stream = client.send(request).await.unwrap().into_body();
+        std::future::poll_fn(|cx| Pin::new(&mut stream).poll_frame(cx))
+            .await
+            .expect("a first event")
+            .unwrap();
+        let origin = OriginKey::of(&uri.parse().unwrap(), true).unwrap().0;
+        // A stream longer than the idle timeout; the pool looks at its connection meanwhile.
+        tokio::time::pause();
+        tokio::time::advance(IDLE_TIMEOUT * 2).await;
+        client.with_pool(|pool| pool.sweep(IDLE_TIMEOUT));
+        drop(stream);
+        // The stream just ended: its connection was in use a moment ago, so it is kept.
+        client.with_pool(|pool| pool.sweep(IDLE_TIMEOUT));
+        let kept = client.with_pool(|pool| pool.checkout(&origin));
+        assert!(matches!(kept, Some(Sender::Http2(..))));
+        assert_eq!(fake.stats().open_connections, 1);
+    }
+}

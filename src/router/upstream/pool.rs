@@ -152,10 +152,14 @@ struct Shared {
 }
 
 impl Shared {
-    /// Closed, or carrying no stream for longer than `idle_timeout`.
-    fn is_spent(&self, now: Instant, idle_timeout: Duration) -> bool {
-        self.sender.is_closed()
-            || (self.streams.in_use() == 0 && now.duration_since(self.last_used) > idle_timeout)
+    /// Neither closed nor carrying no stream for longer than `idle_timeout`. A connection
+    /// seen busy counts as used now, so one whose long stream just ended is not idle since
+    /// the stream began (at worst, since the last look: a checkout or the sweep).
+    fn is_kept(&mut self, now: Instant, idle_timeout: Duration) -> bool {
+        if self.streams.in_use() > 0 {
+            self.last_used = now;
+        }
+        !self.sender.is_closed() && now.duration_since(self.last_used) <= idle_timeout
     }
 
     /// Whether it may open another stream now.
@@ -206,7 +210,7 @@ impl Pool {
         if key.http2 {
             origin
                 .shared
-                .retain(|shared| !shared.is_spent(now, IDLE_TIMEOUT));
+                .retain_mut(|shared| shared.is_kept(now, IDLE_TIMEOUT));
             if let Some(newest) = origin.shared.last() {
                 origin.streams_allowed = newest.streams.allowed();
             }
@@ -299,7 +303,7 @@ impl Pool {
                 .retain(|pooled| !pooled.is_spent(now, idle_timeout));
             origin
                 .shared
-                .retain(|shared| !shared.is_spent(now, idle_timeout));
+                .retain_mut(|shared| shared.is_kept(now, idle_timeout));
         }
         self.origins
             .retain(|origin| !origin.connections.is_empty() || !origin.shared.is_empty());
