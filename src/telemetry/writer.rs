@@ -138,6 +138,11 @@ impl Writer {
                 break;
             }
         }
+        // A purge under way finishes before shutdown says the log is done, but a hung store
+        // holds shutdown no longer than one store operation may take.
+        if let Some(purging) = purging {
+            let _ = tokio::time::timeout(self.store_timeout, purging).await;
+        }
         self.shut_down(held, receiver).await;
     }
 
