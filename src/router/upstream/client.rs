@@ -36,6 +36,12 @@ pub struct UpstreamBody {
     stream: Option<StreamSlot>,
 }
 
+impl UpstreamBody {
+    fn new(incoming: Incoming, stream: Option<StreamSlot>) -> UpstreamBody {
+        UpstreamBody { incoming, stream }
+    }
+}
+
 impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -250,45 +256,44 @@ impl UpstreamClient {
         let mut outgoing = Request::new(request.body);
         *outgoing.method_mut() = request.method;
         *outgoing.headers_mut() = request.headers;
-        origin_form(&mut outgoing, &uri, &host);
+        origin_form(&mut outgoing, &uri, host);
+        // `Host`, while the request is in HTTP/2's form (which names the origin itself).
+        let mut lent_host = None;
         loop {
             // The pool is never borrowed across an await.
             let (sender, reused) = match self.with_pool(|pool| pool.checkout(&origin)) {
                 Some(sender) => (sender, true),
                 None => (self.connect(&origin, &uri).await?, false),
             };
-            let sent = match sender {
+            let mut error = match sender {
                 Sender::Http1(mut sender) => {
-                    if outgoing.uri().scheme().is_some() {
-                        origin_form(&mut outgoing, &uri, &host);
+                    if let Some(host) = lent_host.take() {
+                        origin_form(&mut outgoing, &uri, host);
                     }
                     match sender.try_send_request(outgoing).await {
                         Ok(answer) => {
                             self.keep(origin, sender, &answer);
-                            return Ok(answer.map(|incoming| UpstreamBody {
-                                incoming,
-                                stream: None,
-                            }));
+                            return Ok(answer.map(|incoming| UpstreamBody::new(incoming, None)));
                         }
                         Err(error) => error,
                     }
                 }
                 Sender::Http2(mut sender, slot) => {
                     // HTTP/2 names the origin in the request's own pseudo-headers.
-                    *outgoing.uri_mut() = uri.clone();
-                    outgoing.headers_mut().remove(HOST);
+                    if outgoing.uri().scheme().is_none() {
+                        *outgoing.uri_mut() = uri.clone();
+                        lent_host = outgoing.headers_mut().remove(HOST);
+                    }
                     match sender.try_send_request(outgoing).await {
                         Ok(answer) => {
-                            return Ok(answer.map(|incoming| UpstreamBody {
-                                incoming,
-                                stream: Some(slot),
-                            }));
+                            return Ok(
+                                answer.map(|incoming| UpstreamBody::new(incoming, Some(slot)))
+                            );
                         }
                         Err(error) => error,
                     }
                 }
             };
-            let mut error = sent;
             match error.take_message() {
                 // A kept connection the peer closed before the request went out: nothing
                 // was sent, so it goes again on another one.
@@ -331,16 +336,13 @@ impl UpstreamClient {
 
 /// On its own HTTP/1.1 connection to the origin, a request names only the path (origin-form)
 /// and the origin in `Host`.
-fn origin_form(request: &mut Request<OutBody>, uri: &Uri, host: &http::HeaderValue) {
+fn origin_form(request: &mut Request<OutBody>, uri: &Uri, host: http::HeaderValue) {
     let path = uri
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     *request.uri_mut() = path.into();
-    request
-        .headers_mut()
-        .entry(HOST)
-        .or_insert_with(|| host.clone());
+    request.headers_mut().entry(HOST).or_insert(host);
 }
 
 #[cfg(test)]

@@ -177,8 +177,9 @@ struct Origin {
     /// Held while an HTTP/2 connection is being made, so that a burst of requests waits for
     /// it rather than each opening one.
     connecting: Arc<Mutex<()>>,
-    /// The streams this origin's server last allowed a connection: a new connection starts
-    /// with it, since the requests waiting for it are sent before its own `SETTINGS` arrive.
+    /// The streams this origin's server allowed its newest connection, as of the last new
+    /// one: a new connection starts with it, since the requests waiting for it are sent
+    /// before its own `SETTINGS` arrive.
     streams_allowed: usize,
 }
 
@@ -211,9 +212,6 @@ impl Pool {
             origin
                 .shared
                 .retain_mut(|shared| shared.is_kept(now, IDLE_TIMEOUT));
-            if let Some(newest) = origin.shared.last() {
-                origin.streams_allowed = newest.streams.allowed();
-            }
             if let Some(shared) = origin.shared.iter_mut().find(|shared| shared.has_room()) {
                 shared.last_used = now;
                 let slot = StreamSlot::take(&shared.streams);
@@ -241,7 +239,11 @@ impl Pool {
 
     /// The stream count of a new HTTP/2 connection to `key`, for its task to update.
     pub(super) fn new_streams(&mut self, key: &OriginKey) -> Arc<Streams> {
-        Arc::new(Streams::allowing(self.origin(key).streams_allowed))
+        let origin = self.origin(key);
+        if let Some(newest) = origin.shared.last() {
+            origin.streams_allowed = newest.streams.allowed();
+        }
+        Arc::new(Streams::allowing(origin.streams_allowed))
     }
 
     /// Adds a new HTTP/2 connection to `key`, and takes its first stream.
