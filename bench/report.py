@@ -151,7 +151,9 @@ def main():
     streams_mb = streams["rss_kb"] / 1024
     w(
         f"Gateway RSS with {streams['streams']:,} streams open: {streams_mb:.1f} MB "
-        f"(before opening them {streams['rss_before_kb'] / 1024:.1f} MB)"
+        f"(before opening them {streams['rss_before_kb'] / 1024:.1f} MB; with them "
+        f"{streams['rss_file_kb'] / 1024:.1f} MB code and mapped files, "
+        f"{streams['rss_anon_kb'] / 1024:.1f} MB allocated)"
     )
     dfb = ttfb["direct"]["first_byte"]["median_us"]
     gfb = ttfb["gateway"]["first_byte"]["median_us"]

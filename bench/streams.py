@@ -5,8 +5,8 @@ all open.
   streams.py GATEWAY_HOST:PORT BODY_FILE N GATEWAY_PID
 
 Each request gets its own connection; once every stream has delivered its first SSE event,
-the gateway's VmRSS and VmHWM are read from /proc, and the connections are closed (the
-gateway cancels the upstream streams). Prints one JSON object. Standard library only.
+the gateway's VmRSS and VmHWM (and RssFile and RssAnon, the two parts of VmRSS) are read
+from /proc, and the connections are closed (the gateway cancels the upstream streams). Prints one JSON object. Standard library only.
 """
 
 import asyncio
@@ -56,6 +56,10 @@ async def main(addr, body_file, count, pid):
         "rss_before_kb": rss_before,
         "rss_kb": status_kb(pid, "VmRSS"),
         "hwm_kb": status_kb(pid, "VmHWM"),
+        # VmRSS is these two (and shared memory, none here): the binary's code pages the
+        # process has touched, which no heap work moves, and everything it allocated.
+        "rss_file_kb": status_kb(pid, "RssFile"),
+        "rss_anon_kb": status_kb(pid, "RssAnon"),
     }
     for writer in opened:
         writer.close()
