@@ -6,7 +6,8 @@ all open.
 
 Each request gets its own connection; once every stream has delivered its first SSE event,
 the gateway's VmRSS and VmHWM (and RssFile and RssAnon, the two parts of VmRSS) are read
-from /proc, and the connections are closed (the gateway cancels the upstream streams). Prints one JSON object. Standard library only.
+from /proc, and the connections are closed (the gateway cancels the upstream streams).
+Prints one JSON object. Standard library only.
 """
 
 import asyncio

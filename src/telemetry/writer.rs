@@ -19,7 +19,7 @@ use super::journal::Journal;
 use super::metrics::Metrics;
 use super::{Entry, RecentLog, RequestRecord, WriterState};
 use crate::config::{Config, Durability, ModelName, Price, ProviderId};
-use crate::store::request_log::{LogAttempt, LogRow};
+use crate::store::request_log::{LogAttempt, LogRow, offer_core_at};
 use crate::store::{Store, StoreError, now_ms, within};
 
 /// How long the writer waits to fill a batch after its first record.
@@ -27,8 +27,6 @@ const LINGER: Duration = Duration::from_millis(10);
 
 /// Records taken from the queue at once: one transaction each.
 pub const BATCH: usize = 256;
-/// Records priced and counted between offers of the core to another thread.
-const RECORDS_PER_TURN: usize = 8;
 /// How often old rows are purged, at most.
 const PURGE_EVERY: Duration = Duration::from_secs(3600);
 /// How often a store that refused writes is tried again.
@@ -193,11 +191,7 @@ impl Writer {
         let mut rows = Vec::with_capacity(entries.len());
         let mut acks = Vec::new();
         for (index, Entry { mut record, ack }) in entries.drain(..).enumerate() {
-            if index % RECORDS_PER_TURN == RECORDS_PER_TURN - 1 {
-                // As the store's insert does: a batch taken in one piece held the core
-                // from requests woken onto it (README, "Performance").
-                std::thread::yield_now();
-            }
+            offer_core_at(index);
             record.cost_usd = self.cost(&record);
             rows.push(log_row(&record));
             self.metrics.observe(&record);

@@ -5,14 +5,12 @@ use rusqlite::{Connection, Row, params, params_from_iter};
 
 use super::{BUSY_TIMEOUT, SqliteStore, rollup};
 use crate::store::StoreError;
-use crate::store::request_log::{LogQuery, LogRow};
+use crate::store::request_log::{LogQuery, LogRow, offer_core_at};
 use crate::store::rollup::{MINUTE_MS, Rollups};
 
 /// How long a log write waits for a lock another process holds before it fails; the writer
 /// then spills the batch to its journal instead of stalling behind the lock.
 const LOG_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
-/// Rows inserted between offers of the core to another thread (about 8 µs of CPU each).
-const ROWS_PER_TURN: usize = 8;
 
 pub(super) const COLUMNS: &str =
     "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
@@ -123,13 +121,7 @@ fn insert_rows(connection: &mut Connection, rows: &[LogRow]) -> rusqlite::Result
                      ?16, ?17, ?18, ?19, ?20)"
         ))?;
         for (index, row) in rows.iter().enumerate() {
-            if index % ROWS_PER_TURN == ROWS_PER_TURN - 1 {
-                // A batch is a few hundred µs of CPU; the scheduler (EEVDF) lets a running
-                // thread finish its slice before a woken one preempts it, so a request
-                // woken meanwhile onto this core waited the batch out: the gateway's
-                // latency tail at c=1. Offering the core every few rows bounds that wait.
-                std::thread::yield_now();
-            }
+            offer_core_at(index);
             // Serialising plain strings and numbers cannot fail.
             let attempts = serde_json::to_string(&row.attempts).unwrap_or_default();
             let changed = insert.execute(params![
