@@ -9,14 +9,21 @@
 //! takes one of its streams, up to the server's limit, and gives it back when the answer's
 //! body is done or dropped (`StreamSlot`).
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::Uri;
 use http::header::HeaderValue;
 use http::uri::Authority;
 use hyper::client::conn::{http1, http2};
+use hyper_rustls::MaybeHttpsStream;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -41,30 +48,55 @@ pub(super) enum Sender {
     Http2(http2::SendRequest<OutBody>, StreamSlot),
 }
 
-/// An HTTP/2 connection's streams: how many are in use, and how many the server allows (from
-/// its `SETTINGS`, read by the connection's task).
-#[derive(Debug)]
+/// A connection to an origin: TCP, and TLS for https.
+pub(super) type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+
+/// hyper's half of an HTTP/2 connection that its task drives.
+pub(super) type Http2Connection = http2::Connection<Io, OutBody, TokioExecutor>;
+
+/// An HTTP/2 connection's streams: how many are in use, and the connection itself, which
+/// knows how many its server allows.
 pub struct Streams {
     in_use: AtomicUsize,
-    allowed: AtomicUsize,
+    /// Driven by the connection's task ([`Streams::poll_connection`]), and asked for the
+    /// server's limit at each checkout. A copy taken whenever the task is polled would lag:
+    /// h2 applies the server's `SETTINGS` in a task of its own, and this one is polled only
+    /// when a request is handed to it, so a burst checked out before that would all see the
+    /// limit the connection started with and overfill it. `None` once the connection is done.
+    connection: std::sync::Mutex<Option<Pin<Box<Http2Connection>>>>,
 }
 
 impl Streams {
-    /// A new connection's, until its server's `SETTINGS` say otherwise.
-    fn allowing(allowed: usize) -> Streams {
+    pub(super) fn new(connection: Http2Connection) -> Streams {
         Streams {
             in_use: AtomicUsize::new(0),
-            allowed: AtomicUsize::new(allowed),
+            connection: std::sync::Mutex::new(Some(Box::pin(connection))),
         }
     }
 
-    /// What the server's `SETTINGS_MAX_CONCURRENT_STREAMS` now allows.
-    pub(super) fn allow(&self, allowed: usize) {
-        self.allowed.store(allowed, Ordering::Relaxed);
+    /// Polls the connection; ready when it is closed, and then lets go of it.
+    pub(super) fn poll_connection(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let Ok(mut connection) = self.connection.lock() else {
+            return Poll::Ready(());
+        };
+        let Some(driven) = connection.as_mut() else {
+            return Poll::Ready(());
+        };
+        // Its error, if any, reaches the requests that were using it.
+        let polled = driven.as_mut().poll(cx).map(|_| ());
+        if polled.is_ready() {
+            *connection = None;
+        }
+        polled
     }
 
-    pub(super) fn allowed(&self) -> usize {
-        self.allowed.load(Ordering::Relaxed)
+    /// What the server's `SETTINGS_MAX_CONCURRENT_STREAMS` allows now (before they arrive,
+    /// what the connection started with); `None` once the connection is done.
+    fn allowed(&self) -> Option<usize> {
+        match self.connection.lock().as_deref() {
+            Ok(Some(connection)) => Some(connection.current_max_send_streams()),
+            _ => None,
+        }
     }
 
     fn in_use(&self) -> usize {
@@ -72,7 +104,16 @@ impl Streams {
     }
 
     fn has_room(&self) -> bool {
-        self.in_use() < self.allowed().min(MAX_STREAMS_PER_CONNECTION)
+        self.allowed()
+            .is_some_and(|allowed| self.in_use() < allowed.min(MAX_STREAMS_PER_CONNECTION))
+    }
+}
+
+impl fmt::Debug for Streams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Streams")
+            .field("in_use", &self.in_use())
+            .finish_non_exhaustive()
     }
 }
 
@@ -237,13 +278,18 @@ impl Pool {
         self.origin(key).connecting.clone()
     }
 
-    /// The stream count of a new HTTP/2 connection to `key`, for its task to update.
-    pub(super) fn new_streams(&mut self, key: &OriginKey) -> Arc<Streams> {
+    /// The streams a new HTTP/2 connection to `key` starts with: what the origin's server
+    /// allowed its newest connection.
+    pub(super) fn streams_allowed(&mut self, key: &OriginKey) -> usize {
         let origin = self.origin(key);
-        if let Some(newest) = origin.shared.last() {
-            origin.streams_allowed = newest.streams.allowed();
+        if let Some(allowed) = origin
+            .shared
+            .last()
+            .and_then(|newest| newest.streams.allowed())
+        {
+            origin.streams_allowed = allowed;
         }
-        Arc::new(Streams::allowing(origin.streams_allowed))
+        origin.streams_allowed
     }
 
     /// Adds a new HTTP/2 connection to `key`, and takes its first stream.

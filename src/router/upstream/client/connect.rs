@@ -2,19 +2,18 @@
 //! HTTP/1.1 handshake, or for a provider with `http2 = true` an HTTP/2 one (when a TLS server
 //! chose `h2`, or with prior knowledge over plain http).
 
-use std::future::Future;
+use std::sync::Arc;
 
 use http::Uri;
 use hyper::client::conn::{http1, http2};
 use hyper_rustls::MaybeHttpsStream;
 use hyper_util::client::legacy::connect::Connection;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::net::TcpStream;
+use hyper_util::rt::TokioExecutor;
 use tower_service::Service;
 
 use super::{Connector, TransportError, UpstreamClient};
 use crate::providers::outbound::OutBody;
-use crate::router::upstream::pool::{MAX_STREAMS_PER_CONNECTION, OriginKey, Sender};
+use crate::router::upstream::pool::{Io, MAX_STREAMS_PER_CONNECTION, OriginKey, Sender, Streams};
 
 /// An HTTP/2 stream's receive window: what a slow reader lets the server send ahead. The
 /// connection's window covers every stream's, so one stream left unread cannot stall the
@@ -61,22 +60,17 @@ impl UpstreamClient {
         }
         // Until the server's SETTINGS arrive, the requests waiting for this connection are
         // counted against what the origin's server last allowed.
-        let streams = self.with_pool(|pool| pool.new_streams(origin));
+        let allowed = self.with_pool(|pool| pool.streams_allowed(origin));
         let (sender, connection) = http2::Builder::new(TokioExecutor::new())
             .initial_stream_window_size(HTTP2_STREAM_WINDOW)
             .initial_connection_window_size(HTTP2_CONNECTION_WINDOW)
-            .initial_max_send_streams(streams.allowed())
+            .initial_max_send_streams(allowed)
             .handshake(io)
             .await
             .map_err(|error| TransportError::Connect(error.into()))?;
-        let allowed = streams.clone();
-        let mut connection = Box::pin(connection);
-        tokio::spawn(std::future::poll_fn(move |cx| {
-            let polled = connection.as_mut().poll(cx);
-            // The server's SETTINGS may lower (or raise) how many streams it takes at once.
-            allowed.allow(connection.current_max_send_streams());
-            polled.map(|_| ())
-        }));
+        let streams = Arc::new(Streams::new(connection));
+        let driven = streams.clone();
+        tokio::spawn(std::future::poll_fn(move |cx| driven.poll_connection(cx)));
         Ok(self.with_pool(|pool| pool.share(origin, sender, streams)))
     }
 
@@ -89,8 +83,6 @@ impl UpstreamClient {
         connector.call(uri).await.map_err(TransportError::Connect)
     }
 }
-
-type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 
 /// An HTTP/1.1 connection over `io`, its task running on this thread's runtime.
 async fn handshake_http1(io: Io) -> Result<http1::SendRequest<OutBody>, TransportError> {
