@@ -13,6 +13,7 @@ mod degraded;
 mod embeddings;
 mod error;
 mod flood;
+mod header_values;
 mod listener;
 mod messages;
 mod models;

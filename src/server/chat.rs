@@ -17,6 +17,7 @@ use super::admission;
 use super::client_api::BodyError;
 use super::degraded;
 use super::error::ApiError;
+use super::header_values;
 use super::spend;
 use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
@@ -483,17 +484,15 @@ fn stamp<T>(
     record.overhead = overhead;
     let attempts = run.upstream_attempts();
     let headers = response.headers_mut();
+    // Room for every header below at once, rather than the map growing midway.
+    headers.reserve(STAMPED_HEADERS);
     set_request_id(headers, &record.id);
     set(headers, ROUTE, route.name.as_str());
-    headers.insert(ATTEMPTS, HeaderValue::from(attempts));
+    headers.insert(ATTEMPTS, header_values::count(attempts));
     headers.insert(OUTCOME, HeaderValue::from_static(outcome.as_str()));
-    set(
-        headers,
-        OVERHEAD_MS,
-        &format!("{:.3}", overhead.as_secs_f64() * 1e3),
-    );
+    headers.insert(OVERHEAD_MS, header_values::millis(overhead));
     if let (Some(step), Some(served)) = (step, &run.answered_by) {
-        headers.insert(STEP, HeaderValue::from(step));
+        headers.insert(STEP, header_values::count(step));
         set(headers, PROVIDER, served.provider.as_str());
         set(headers, MODEL, served.model.as_str());
         record.step = Some(step);
@@ -527,6 +526,8 @@ const STEP: HeaderName = HeaderName::from_static("x-switchyard-step");
 const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
 const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
 const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
+/// The headers `stamp` writes, at most: the ten above.
+const STAMPED_HEADERS: usize = 10;
 
 fn last_failure<T>(run: &ChainRun<T>) -> Option<String> {
     run.attempts
