@@ -37,7 +37,16 @@ pub enum JsonKind {
 }
 
 /// A top-level field's name and the byte range of its value in the body.
-type Field = (Box<str>, Range<usize>);
+type Field = (FieldName, Range<usize>);
+
+/// A top-level field's name: where it lies in the body, or, when it holds an escape, its
+/// text with the escape undone. A chat body has half a dozen fields, and a copy of each
+/// name was an allocation on every request.
+#[derive(Clone, Debug)]
+enum FieldName {
+    At(Range<usize>),
+    Unescaped(Box<str>),
+}
 
 /// A client's JSON object body, read only as far as the gateway needs.
 pub struct RequestBody {
@@ -93,12 +102,22 @@ impl RequestBody {
                 "lone surrogate in a \\u escape at byte {at}"
             )));
         }
-        let mut fields: Vec<Field> = Vec::with_capacity(found.len());
         let mut duplicates = false;
-        for (name, value) in found {
-            duplicates |= fields.iter().any(|(seen, _)| **seen == *name);
-            fields.push((name.into(), value));
+        for (at, (name, _)) in found.iter().enumerate() {
+            duplicates |= found[..at].iter().any(|(seen, _)| seen == name);
         }
+        // A borrowed name is a slice of `text`, which is `raw`: its place there is its offset.
+        let start = text.as_ptr() as usize;
+        let fields = found
+            .into_iter()
+            .map(|(name, value)| match name {
+                Cow::Borrowed(name) => {
+                    let at = name.as_ptr() as usize - start;
+                    (FieldName::At(at..at + name.len()), value)
+                }
+                Cow::Owned(name) => (FieldName::Unescaped(name.into_boxed_str()), value),
+            })
+            .collect();
         Ok(RequestBody {
             raw,
             fields,
@@ -110,8 +129,31 @@ impl RequestBody {
     /// Each top-level field's name and value range, and whether a name repeats: what the
     /// fuzzer compares between [`RequestBody::parse`] and [`RequestBody::parse_by_serde`].
     #[doc(hidden)]
-    pub fn layout(&self) -> (&[Field], bool) {
-        (&self.fields, self.duplicates)
+    pub fn layout(&self) -> (Vec<(&str, Range<usize>)>, bool) {
+        let fields = self
+            .fields
+            .iter()
+            .map(|field| {
+                let name = std::str::from_utf8(self.name(field)).unwrap_or_default();
+                (name, field.1.clone())
+            })
+            .collect();
+        (fields, self.duplicates)
+    }
+
+    /// `field`'s name, as bytes of the body or of its unescaped text.
+    fn name<'a>(&'a self, (name, _): &'a Field) -> &'a [u8] {
+        match name {
+            FieldName::At(range) => self.raw.get(range.clone()).unwrap_or_default(),
+            FieldName::Unescaped(text) => text.as_bytes(),
+        }
+    }
+
+    /// The fields named `name`, in order.
+    fn named<'a>(&'a self, name: &'a str) -> impl DoubleEndedIterator<Item = &'a Field> {
+        self.fields
+            .iter()
+            .filter(move |field| self.name(field) == name.as_bytes())
     }
 
     /// The body's bytes as the client sent them.
@@ -129,7 +171,7 @@ impl RequestBody {
     /// A top-level field's value as JSON bytes, unchecked: for reading its first bytes,
     /// where `raw_field` would check a whole conversation as UTF-8 again.
     fn raw_bytes(&self, name: &str) -> Option<&[u8]> {
-        let (_, range) = self.fields.iter().rev().find(|(n, _)| **n == *name)?;
+        let (_, range) = self.named(name).next_back()?;
         self.raw.get(range.clone())
     }
 
@@ -168,7 +210,7 @@ impl RequestBody {
         let mut replaced: Vec<(Range<usize>, &str)> = Vec::with_capacity(set.len());
         let mut added = String::new();
         for &(name, json) in set {
-            match self.fields.iter().find(|(n, _)| **n == *name) {
+            match self.named(name).next() {
                 Some((_, range)) => replaced.push((range.clone(), json)),
                 None => {
                     added.push_str(&serde_json::to_string(name).ok()?);
