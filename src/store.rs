@@ -14,7 +14,7 @@ pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use request_log::{LogQuery, LogRow};
+use request_log::{LogQuery, LogRow, Pace};
 use response_state::StoredResponse;
 
 pub use postgres::PgStore;
@@ -304,8 +304,18 @@ impl Store {
         &self,
         rows: impl Into<std::sync::Arc<[LogRow]>>,
     ) -> Result<usize, StoreError> {
+        self.insert_log_at(rows, Pace::FlatOut).await
+    }
+
+    /// [`Store::insert_log`] at `pace`: SQLite inserts on a core of this machine, which it
+    /// shares at that pace; PostgreSQL inserts on its own.
+    pub async fn insert_log_at(
+        &self,
+        rows: impl Into<std::sync::Arc<[LogRow]>>,
+        pace: Pace,
+    ) -> Result<usize, StoreError> {
         match self {
-            Store::Sqlite(store) => store.insert_log(rows.into()).await,
+            Store::Sqlite(store) => store.insert_log_at(rows.into(), pace).await,
             Store::Postgres(store) => store.insert_log(rows.into()).await,
         }
     }

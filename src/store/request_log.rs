@@ -68,14 +68,50 @@ pub struct LogQuery {
 /// Rows handled between offers of the core to another thread (a few µs of CPU each).
 const ROWS_PER_TURN: usize = 8;
 
-/// Offers the core to a waiting thread after every [`ROWS_PER_TURN`]th row of a batch.
+/// How a batch of the request log shares its core with the request path.
 ///
-/// A batch of the request log is a few hundred µs of CPU in one go, and the scheduler (EEVDF)
-/// lets a running thread finish its slice before a woken one preempts it: a request woken onto
-/// that core waited the batch out, the gateway's latency tail at c=1 (README, "Performance").
-/// When no thread waits, the yield costs a syscall.
-pub fn offer_core_at(index: usize) {
-    if index % ROWS_PER_TURN == ROWS_PER_TURN - 1 {
-        std::thread::yield_now();
+/// A batch is a few hundred µs of CPU in one go, and the scheduler (EEVDF) lets a running
+/// thread finish its slice before a woken one preempts it: a request woken onto that core
+/// waited the batch out, the gateway's latency tail at c=1 (README, "Performance"). So while
+/// the writer keeps up it offers the core every few rows. But when the gateway is saturated
+/// every offer is taken, the writer falls behind, its queue fills and new requests are
+/// refused (`log_full`): a writer that is behind runs flat out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pace {
+    /// Offer the core after every [`ROWS_PER_TURN`]th row; when no thread waits, an offer
+    /// costs a syscall.
+    Sharing,
+    /// Never offer it: the queue is what is at stake.
+    FlatOut,
+}
+
+impl Pace {
+    /// The pace of a batch of `taken` records when a batch holds at most `batch`: one that
+    /// emptied the queue keeps up; a full one may have left records behind it.
+    pub fn for_batch(taken: usize, batch: usize) -> Pace {
+        if taken < batch {
+            Pace::Sharing
+        } else {
+            Pace::FlatOut
+        }
+    }
+
+    /// Called with each row's index in its batch.
+    pub fn offer_core_at(self, index: usize) {
+        if self == Pace::Sharing && index % ROWS_PER_TURN == ROWS_PER_TURN - 1 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_that_emptied_the_queue_shares_the_core_and_a_full_one_does_not() {
+        assert_eq!(Pace::for_batch(1, 256), Pace::Sharing);
+        assert_eq!(Pace::for_batch(255, 256), Pace::Sharing);
+        assert_eq!(Pace::for_batch(256, 256), Pace::FlatOut);
     }
 }

@@ -19,7 +19,7 @@ use super::journal::Journal;
 use super::metrics::Metrics;
 use super::{Entry, RecentLog, RequestRecord, WriterState};
 use crate::config::{Config, Durability, ModelName, Price, ProviderId};
-use crate::store::request_log::{LogAttempt, LogRow, offer_core_at};
+use crate::store::request_log::{LogAttempt, LogRow, Pace};
 use crate::store::{Store, StoreError, now_ms, within};
 
 /// How long the writer waits to fill a batch after its first record.
@@ -111,16 +111,17 @@ impl Writer {
                 // (bounded) is what fills, and try again in a while.
                 tokio::time::sleep_until(self.next_try).await;
                 self.replay().await;
-                held = self.put(rows).await;
+                held = self.put(rows, Pace::FlatOut).await;
                 self.state.holding.store(held.is_some(), Ordering::Relaxed);
                 continue;
             }
             let open = self.receive(&mut receiver, &mut entries).await;
             if !entries.is_empty() {
-                let (rows, acks) = self.take(&mut entries);
+                let pace = Pace::for_batch(entries.len(), BATCH);
+                let (rows, acks) = self.take(&mut entries, pace);
                 held = match self.durability {
-                    Durability::Batched => self.put(rows).await,
-                    Durability::Fsync => self.put_durably(rows, acks).await,
+                    Durability::Batched => self.put(rows, pace).await,
+                    Durability::Fsync => self.put_durably(rows, acks, pace).await,
                 };
                 self.state.holding.store(held.is_some(), Ordering::Relaxed);
             }
@@ -187,11 +188,15 @@ impl Writer {
 
     /// Prices the batch, counts it in the metrics and the ring; returns its rows and the
     /// acknowledgements its answers wait on.
-    fn take(&self, entries: &mut Vec<Entry>) -> (Arc<[LogRow]>, Vec<super::guard::Ack>) {
+    fn take(
+        &self,
+        entries: &mut Vec<Entry>,
+        pace: Pace,
+    ) -> (Arc<[LogRow]>, Vec<super::guard::Ack>) {
         let mut rows = Vec::with_capacity(entries.len());
         let mut acks = Vec::new();
         for (index, Entry { mut record, ack }) in entries.drain(..).enumerate() {
-            offer_core_at(index);
+            pace.offer_core_at(index);
             record.cost_usd = self.cost(&record);
             rows.push(log_row(&record));
             self.metrics.observe(&record);
@@ -203,8 +208,10 @@ impl Writer {
 
     /// Stores a batch or, while the store refuses, journals it; gives it back when neither
     /// would take it.
-    async fn put(&mut self, rows: Arc<[LogRow]>) -> Option<Arc<[LogRow]>> {
-        if (self.store_ok || Instant::now() >= self.next_try) && self.store(rows.clone()).await {
+    async fn put(&mut self, rows: Arc<[LogRow]>, pace: Pace) -> Option<Arc<[LogRow]>> {
+        if (self.store_ok || Instant::now() >= self.next_try)
+            && self.store(rows.clone(), pace).await
+        {
             return None;
         }
         self.spill(rows, false)
@@ -215,9 +222,10 @@ impl Writer {
         &mut self,
         rows: Arc<[LogRow]>,
         acks: Vec<super::guard::Ack>,
+        pace: Pace,
     ) -> Option<Arc<[LogRow]>> {
         let Some(journal) = self.journal.as_mut() else {
-            return self.put(rows).await;
+            return self.put(rows, pace).await;
         };
         let before = journal.len();
         let all_stored_before = journal.stored_up_to() == before;
@@ -231,10 +239,10 @@ impl Writer {
         // On disk (or, if the journal failed, as safe as it will get): the answers may go.
         drop(acks);
         if !journaled {
-            return self.put(rows).await;
+            return self.put(rows, pace).await;
         }
         note_spill(&self.state, &self.metrics, journal.len());
-        if self.store_ok && all_stored_before && self.store(rows).await {
+        if self.store_ok && all_stored_before && self.store(rows, pace).await {
             // Nothing else was pending: the journal is all stored now.
             if let Some(journal) = self.journal.as_mut() {
                 let end = journal.len();
@@ -246,11 +254,11 @@ impl Writer {
     }
 
     /// One try of the store; notes whether it took the rows.
-    async fn store(&mut self, rows: Arc<[LogRow]>) -> bool {
+    async fn store(&mut self, rows: Arc<[LogRow]>, pace: Pace) -> bool {
         let count = rows.len();
         // A batch that timed out may still commit later: its replay from the journal is
         // idempotent by request id, so the row is stored once either way.
-        match within(self.store_timeout, self.store.insert_log(rows)).await {
+        match within(self.store_timeout, self.store.insert_log_at(rows, pace)).await {
             Ok(inserted) => {
                 self.log.written.send_modify(|n| *n += inserted as u64);
                 self.store_ok = true;
@@ -320,7 +328,7 @@ impl Writer {
                 self.metrics.log_rows_lost.inc_by(pending.unreadable);
             }
             let count = pending.rows.len() as u64;
-            if count > 0 && !self.store(pending.rows.into()).await {
+            if count > 0 && !self.store(pending.rows.into(), Pace::FlatOut).await {
                 return;
             }
             self.metrics.log_rows_replayed.inc_by(count);
@@ -342,9 +350,9 @@ impl Writer {
         while let Ok(entry) = receiver.try_recv() {
             entries.push(entry);
         }
-        let rest = (!entries.is_empty()).then(|| self.take(&mut entries).0);
+        let rest = (!entries.is_empty()).then(|| self.take(&mut entries, Pace::FlatOut).0);
         for rows in held.into_iter().chain(rest) {
-            let rows = match self.store(rows.clone()).await {
+            let rows = match self.store(rows.clone(), Pace::FlatOut).await {
                 true => None,
                 false => self.spill(rows, true),
             };

@@ -5,7 +5,7 @@ use rusqlite::{Connection, Row, params, params_from_iter};
 
 use super::{BUSY_TIMEOUT, SqliteStore, rollup};
 use crate::store::StoreError;
-use crate::store::request_log::{LogQuery, LogRow, offer_core_at};
+use crate::store::request_log::{LogQuery, LogRow, Pace};
 use crate::store::rollup::{MINUTE_MS, Rollups};
 
 /// How long a log write waits for a lock another process holds before it fails; the writer
@@ -25,10 +25,19 @@ impl SqliteStore {
         &self,
         rows: impl Into<std::sync::Arc<[LogRow]>>,
     ) -> Result<usize, StoreError> {
+        self.insert_log_at(rows, Pace::FlatOut).await
+    }
+
+    /// [`SqliteStore::insert_log`], sharing the core at `pace` while it inserts.
+    pub async fn insert_log_at(
+        &self,
+        rows: impl Into<std::sync::Arc<[LogRow]>>,
+        pace: Pace,
+    ) -> Result<usize, StoreError> {
         let rows = rows.into();
         self.with(move |connection| {
             connection.busy_timeout(LOG_BUSY_TIMEOUT)?;
-            let inserted = insert_rows(connection, &rows);
+            let inserted = insert_rows(connection, &rows, pace);
             connection.busy_timeout(BUSY_TIMEOUT)?;
             Ok(inserted?)
         })
@@ -110,7 +119,11 @@ impl SqliteStore {
 }
 
 /// The rows the store does not hold yet, inserted and folded into the rollups.
-fn insert_rows(connection: &mut Connection, rows: &[LogRow]) -> rusqlite::Result<usize> {
+fn insert_rows(
+    connection: &mut Connection,
+    rows: &[LogRow],
+    pace: Pace,
+) -> rusqlite::Result<usize> {
     let tx = connection.transaction()?;
     let mut rollups = Rollups::default();
     let mut inserted = 0;
@@ -121,7 +134,7 @@ fn insert_rows(connection: &mut Connection, rows: &[LogRow]) -> rusqlite::Result
                      ?16, ?17, ?18, ?19, ?20)"
         ))?;
         for (index, row) in rows.iter().enumerate() {
-            offer_core_at(index);
+            pace.offer_core_at(index);
             // Serialising plain strings and numbers cannot fail.
             let attempts = serde_json::to_string(&row.attempts).unwrap_or_default();
             let changed = insert.execute(params![
