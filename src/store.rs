@@ -315,7 +315,7 @@ impl Store {
         pace: Pace,
     ) -> Result<usize, StoreError> {
         match self {
-            Store::Sqlite(store) => store.insert_log_at(rows.into(), pace).await,
+            Store::Sqlite(store) => store.insert_log(rows.into(), pace).await,
             Store::Postgres(store) => store.insert_log(rows.into()).await,
         }
     }

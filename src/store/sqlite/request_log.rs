@@ -19,17 +19,9 @@ pub(super) const COLUMNS: &str =
 
 impl SqliteStore {
     /// Inserts a batch of rows, and folds them into the rollups, in one transaction: all of
-    /// them or, on error, none. A row whose id is already stored is skipped, so a batch can
-    /// be replayed; returns how many rows were new.
+    /// them or, on error, none, sharing the core at `pace` meanwhile. A row whose id is
+    /// already stored is skipped, so a batch can be replayed; returns how many rows were new.
     pub async fn insert_log(
-        &self,
-        rows: impl Into<std::sync::Arc<[LogRow]>>,
-    ) -> Result<usize, StoreError> {
-        self.insert_log_at(rows, Pace::FlatOut).await
-    }
-
-    /// [`SqliteStore::insert_log`], sharing the core at `pace` while it inserts.
-    pub async fn insert_log_at(
         &self,
         rows: impl Into<std::sync::Arc<[LogRow]>>,
         pace: Pace,
@@ -244,9 +236,16 @@ mod tests {
         // A replayed spill journal sends rows the store may already hold.
         let store = SqliteStore::open_memory().await.unwrap();
         let rows = vec![row("a", 1_000, "success"), row("b", 2_000, "fallback")];
-        assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 2);
+        assert_eq!(
+            store.insert_log(rows.clone(), Pace::FlatOut).await.unwrap(),
+            2
+        );
         let again = vec![rows[1].clone(), row("c", 3_000, "success")];
-        assert_eq!(store.insert_log(again).await.unwrap(), 1, "only c is new");
+        assert_eq!(
+            store.insert_log(again, Pace::FlatOut).await.unwrap(),
+            1,
+            "only c is new"
+        );
         assert_eq!(store.count_log().await.unwrap(), 3);
     }
 }

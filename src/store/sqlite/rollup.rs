@@ -177,7 +177,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::store::now_ms;
-    use crate::store::request_log::{LogAttempt, LogRow};
+    use crate::store::request_log::{LogAttempt, LogRow, Pace};
     use crate::store::rollup::{MINUTE_MS, Rollup, Rollups, Series};
     use crate::store::sqlite::SqliteStore;
 
@@ -239,7 +239,7 @@ mod tests {
                 .iter()
                 .map(|&i| row(i, now - (i as i64 * day) / count as i64))
                 .collect();
-            store.insert_log(rows).await.unwrap();
+            store.insert_log(rows, Pace::FlatOut).await.unwrap();
         }
         let after = now - day;
         let (per_series, requests) = store
@@ -277,7 +277,10 @@ mod tests {
     async fn a_long_scorecard_read_does_not_hold_up_the_writer() {
         let path = temp_db();
         let store = SqliteStore::open(&path).await.unwrap();
-        store.insert_log(vec![row(0, now_ms())]).await.unwrap();
+        store
+            .insert_log(vec![row(0, now_ms())], Pace::FlatOut)
+            .await
+            .unwrap();
         let (entered, inside) = mpsc::channel::<()>();
         let (release, released) = mpsc::channel::<()>();
         let gate = Arc::new(Mutex::new((entered, released)));
@@ -297,7 +300,7 @@ mod tests {
             .await
             .unwrap()
             .expect("the read is under way");
-        let write = store.insert_log(vec![row(1, now_ms())]);
+        let write = store.insert_log(vec![row(1, now_ms())], Pace::FlatOut);
         let written = tokio::time::timeout(Duration::from_secs(10), write).await;
         // Dropped, not just sent to: the read's later rollups go through without waiting.
         release.send(()).unwrap();
@@ -314,7 +317,10 @@ mod tests {
         let rows: Vec<LogRow> = (0..40).map(|i| row(i * 6, minute + i as i64)).collect();
         let mut expected = Rollups::default();
         for batch in rows.chunks(7) {
-            store.insert_log(batch.to_vec()).await.unwrap();
+            store
+                .insert_log(batch.to_vec(), Pace::FlatOut)
+                .await
+                .unwrap();
             batch.iter().for_each(|r| expected.add(r));
         }
         let mut expected: Vec<Rollup> = expected.into_rollups().collect();
@@ -333,8 +339,8 @@ mod tests {
     async fn a_replayed_row_is_not_counted_twice_in_the_rollups() {
         let store = SqliteStore::open_memory().await.unwrap();
         let rows = vec![row(0, now_ms()), row(1, now_ms())];
-        store.insert_log(rows.clone()).await.unwrap();
-        store.insert_log(rows).await.unwrap();
+        store.insert_log(rows.clone(), Pace::FlatOut).await.unwrap();
+        store.insert_log(rows, Pace::FlatOut).await.unwrap();
         let requests = store
             .fold_rollups(0, 0u64, |n, rollup: Rollup| {
                 if rollup.series == Series::Overall {
@@ -350,7 +356,10 @@ mod tests {
     async fn a_store_from_before_the_rollups_is_backfilled() {
         let path = temp_db();
         let store = SqliteStore::open(&path).await.unwrap();
-        store.insert_log(vec![row(0, now_ms())]).await.unwrap();
+        store
+            .insert_log(vec![row(0, now_ms())], Pace::FlatOut)
+            .await
+            .unwrap();
         drop(store);
         // As an older version left it: no rollup table (nor later migrations), rows in the log.
         let connection = rusqlite::Connection::open(&path).unwrap();
