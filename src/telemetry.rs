@@ -325,16 +325,8 @@ impl Telemetry {
         let spill_bytes = self.state.spill_bytes.load(Ordering::Relaxed);
         let full = taken >= capacity;
         let (status, reason) = if full {
-            let reason = format!(
-                "the request-log queue ({capacity} records) and spill journal ({} of {} bytes at {}) are full: the store refuses writes; {}",
-                spill_bytes,
-                self.settings.spill_capacity,
-                self.settings.spill_path.display(),
-                match self.settings.when_full {
-                    WhenFull::Refuse => "new requests are refused with 503",
-                    WhenFull::Drop => "records of new requests are dropped",
-                }
-            );
+            let refusing = self.state.store_refusing.load(Ordering::Relaxed);
+            let reason = full_reason(&self.settings, capacity, spill_bytes, refusing);
             ("full", Some(reason))
         } else if self.state.store_refusing.load(Ordering::Relaxed)
             || self.state.holding.load(Ordering::Relaxed)
@@ -437,6 +429,32 @@ impl RecentLog {
     }
 }
 
+/// Why the request log is full. The queue fills when the store refuses writes and the
+/// journal is full too, but also when the store takes rows more slowly than requests arrive
+/// (a saturated gateway, a slow disk), with the journal empty: the reason says which.
+fn full_reason(
+    settings: &Settings,
+    capacity: usize,
+    spill_bytes: u64,
+    store_refusing: bool,
+) -> String {
+    let consequence = match settings.when_full {
+        WhenFull::Refuse => "new requests are refused with 503",
+        WhenFull::Drop => "records of new requests are dropped",
+    };
+    if store_refusing {
+        format!(
+            "the request-log queue ({capacity} records) and spill journal ({spill_bytes} of {} bytes at {}) are full: the store refuses writes; {consequence}",
+            settings.spill_capacity,
+            settings.spill_path.display(),
+        )
+    } else {
+        format!(
+            "the request-log queue ({capacity} records) is full: the store takes rows more slowly than requests arrive; {consequence}"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,6 +474,27 @@ mod tests {
         drop(probe);
         writer.finish().await;
         assert_eq!(store.count_log().await.unwrap(), count as u64);
+    }
+
+    #[test]
+    fn a_full_log_blames_the_store_only_when_it_refuses_writes() {
+        let settings = Settings {
+            when_full: WhenFull::Refuse,
+            durability: Durability::Batched,
+            spill_capacity: 1024,
+            spill_path: PathBuf::from("/var/lib/switchyard/log-spill"),
+        };
+        let behind = full_reason(&settings, 4096, 0, false);
+        assert!(!behind.contains("refuses writes"), "{behind}");
+        assert!(!behind.contains("journal"), "{behind}");
+        assert!(behind.contains("more slowly"), "{behind}");
+        assert!(
+            behind.ends_with("new requests are refused with 503"),
+            "{behind}"
+        );
+        let refusing = full_reason(&settings, 4096, 1024, true);
+        assert!(refusing.contains("the store refuses writes"), "{refusing}");
+        assert!(refusing.contains("1024 of 1024 bytes"), "{refusing}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,7 +66,7 @@ pub enum ApiError {
     #[error("the spend-budget backend is unavailable, and limits fail closed")]
     BudgetsUnavailable,
     #[error(
-        "the gateway cannot log requests right now: the store refuses writes and the request log's queue and spill journal are full, so this request was not served; retry later"
+        "the gateway cannot log requests right now: the request log's queue is full (the store takes rows more slowly than requests arrive, or refuses writes and the spill journal is full), so this request was not served; retry later"
     )]
     LogFull,
     #[error("all steps failed: {0}")]
