@@ -324,13 +324,11 @@ impl Telemetry {
         let taken = capacity - self.queue.capacity();
         let spill_bytes = self.state.spill_bytes.load(Ordering::Relaxed);
         let full = taken >= capacity;
+        let refusing = self.state.store_refusing.load(Ordering::Relaxed);
         let (status, reason) = if full {
-            let refusing = self.state.store_refusing.load(Ordering::Relaxed);
             let reason = full_reason(&self.settings, capacity, spill_bytes, refusing);
             ("full", Some(reason))
-        } else if self.state.store_refusing.load(Ordering::Relaxed)
-            || self.state.holding.load(Ordering::Relaxed)
-        {
+        } else if refusing || self.state.holding.load(Ordering::Relaxed) {
             let reason = format!(
                 "the store refuses writes; request-log rows are spilled to {} and replayed when it takes writes again",
                 self.settings.spill_path.display()
