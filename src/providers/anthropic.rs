@@ -81,7 +81,7 @@ impl Adapter for AnthropicAdapter {
                 .into(),
             ),
         };
-        let url = format!("{}/{path}", target.provider.base_url);
+        let url = super::endpoint_url(&target.provider.base_url, path);
         let mut built = UpstreamRequest::post(url, body, stream)
             .header(ANTHROPIC_VERSION, &target.provider.anthropic_version);
         // Betas change what Anthropic accepts and answers; the client asked for them.

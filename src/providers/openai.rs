@@ -40,7 +40,7 @@ impl Adapter for OpenAiAdapter {
             Operation::Responses => "responses",
             Operation::CountTokens => return Err(super::only_for(request.operation)),
         };
-        let url = format!("{}/{path}", target.provider.base_url);
+        let url = super::endpoint_url(&target.provider.base_url, path);
         let mut built = UpstreamRequest::post(url, body, stream);
         if let Some(key) = target.key {
             built = built.bearer(key.secret.expose());

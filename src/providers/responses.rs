@@ -55,7 +55,7 @@ impl Adapter for PassthroughAdapter {
         // The gateway rebuilt the whole input from its own store: the provider needs no
         // state of its own, and may never have seen the earlier turn.
         body.remove("previous_response_id");
-        let url = format!("{}/responses", target.provider.base_url);
+        let url = super::endpoint_url(&target.provider.base_url, "responses");
         let mut built = UpstreamRequest::post(url, super::to_bytes(&body), stream);
         if let Some(key) = target.key {
             built = built.bearer(key.secret.expose());

@@ -155,7 +155,19 @@ impl OriginKey {
         let authority = uri.authority()?.clone();
         let host = match authority.port_u16() {
             Some(port) if port != if https { 443 } else { 80 } => {
-                HeaderValue::from_str(&format!("{}:{port}", authority.host()))
+                // The authority as written is that `host:port`, unless it holds user
+                // information or a port spelt with leading zeros; then it is written anew
+                // (`format!` cost more than the rest of this function).
+                let written = authority.as_str();
+                let plain = !written.contains('@')
+                    && authority
+                        .port()
+                        .is_some_and(|port| !port.as_str().starts_with('0'));
+                if plain {
+                    HeaderValue::from_str(written)
+                } else {
+                    HeaderValue::from_str(&format!("{}:{port}", authority.host()))
+                }
             }
             _ => HeaderValue::from_str(authority.host()),
         }
@@ -376,6 +388,9 @@ mod tests {
         );
         assert_eq!(key("http://127.0.0.1:80/v1").1, "127.0.0.1");
         assert_eq!(key("http://127.0.0.1:443/v1").1, "127.0.0.1:443");
+        assert_eq!(key("http://[::1]:8080/v1").1, "[::1]:8080");
+        assert_eq!(key("http://u:p@a.example:8080/v1").1, "a.example:8080");
+        assert_eq!(key("http://a.example:08080/v1").1, "a.example:8080");
     }
 
     #[test]
