@@ -227,6 +227,10 @@ python3 bench/send.py "$NGINX_JSON" "$WORK/sanity-direct.json" 1 >/dev/null &&
     python3 bench/send.py "$GATEWAY_URL" "$WORK/sanity-stream.json" 1 --stream >/dev/null ||
     die "a sanity request failed; see the logs below"
 
+# --- what one more hop costs here, before any load -----------------------------------------
+log "one more hop: loopback round trips between two processes"
+timeout 120 python3 bench/hops.py >"$WORK/hops.json"
+
 # --- memory with many streams open, first, so no load phase's heap is in the figure --------
 log "opening $BENCH_STREAMS streams at once (upstream http2 = $BENCH_STREAMS_HTTP2)"
 python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
@@ -331,7 +335,7 @@ GW_LOG_LINES=$(wc -l <"$WORK/gateway.err")
 
 echo
 python3 bench/report.py --results "$RESULTS" --ttfb "$WORK/ttfb.json" --streams "$WORK/streams.json" \
-    --startup "$WORK/startup.json" \
+    --startup "$WORK/startup.json" --hops "$WORK/hops.json" \
     --rss-kb "$RSS_KB" --hwm-kb "$HWM_KB" --clk-tck "$CLK_TCK" --cpus "$CPUS" \
     --events "$BENCH_EVENTS" --seconds "$BENCH_SECONDS" --warmup "$BENCH_WARMUP" \
     ${BENCH_JSON:+--json "$BENCH_JSON"}
