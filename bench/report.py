@@ -189,8 +189,8 @@ def main():
             f"One more hop on this machine (bench/hops.py, medians): a loopback round trip "
             f"between two processes takes {apart:,.0f} µs on two CPUs, "
             f"{hops['one_cpu']['median_us']:,.0f} µs on one ({hops['unpinned']['median_us']:,.0f} µs "
-            f"unpinned). A proxy adds at least one to every request: at c=1 its added latency "
-            f"includes it."
+            f"unpinned). A proxy adds one to every request, so its added latency at c=1 "
+            f"includes one, at whichever of those costs the scheduler gives it."
         )
         hop_note = f"; one round trip here: {apart / 1e3:.3f} ms on two CPUs"
     w("")
