@@ -11,7 +11,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,9 +27,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
+mod watchdog;
+
+use self::watchdog::{Activity, InFlight};
 use super::listener::Peer;
 use super::{AppState, ServerState, client_api};
 use crate::providers::{self, ClientFormat};
@@ -216,137 +219,6 @@ fn over_capacity(path: &str, id: &str) -> Response<Full<Bytes>> {
         headers.insert("x-switchyard-request-id", id);
     }
     response
-}
-
-/// Where a connection is between requests, for the watchdog.
-#[derive(Clone, Copy, Debug)]
-enum Phase {
-    /// No request in flight since `since`; `head` is when the next one's first byte came.
-    Waiting {
-        since: Instant,
-        first: bool,
-        head: Option<Instant>,
-    },
-    /// Requests in flight (a response not yet fully sent counts) since the first began.
-    Busy { requests: usize, since: Instant },
-}
-
-/// A connection's phase, shared by its socket, its service and its watchdog.
-#[derive(Debug)]
-pub struct Activity {
-    phase: Mutex<Phase>,
-    changed: Notify,
-}
-
-impl Activity {
-    fn new() -> Arc<Activity> {
-        Arc::new(Activity {
-            phase: Mutex::new(Phase::Waiting {
-                since: Instant::now(),
-                first: true,
-                head: None,
-            }),
-            changed: Notify::new(),
-        })
-    }
-
-    fn update(&self, change: impl FnOnce(&mut Phase) -> bool) {
-        // A poisoned lock still holds a phase; the watchdog is better served by it than by
-        // a panic.
-        let mut phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
-        if change(&mut phase) {
-            drop(phase);
-            self.changed.notify_one();
-        }
-    }
-
-    fn bytes_arrived(&self) {
-        self.update(|phase| match phase {
-            Phase::Waiting {
-                head: head @ None, ..
-            } => {
-                *head = Some(Instant::now());
-                true
-            }
-            _ => false,
-        });
-    }
-
-    fn begin(self: &Arc<Self>) -> InFlight {
-        self.update(|phase| {
-            *phase = match *phase {
-                Phase::Busy { requests, since } => Phase::Busy {
-                    requests: requests + 1,
-                    since,
-                },
-                Phase::Waiting { .. } => Phase::Busy {
-                    requests: 1,
-                    since: Instant::now(),
-                },
-            };
-            true
-        });
-        InFlight(self.clone())
-    }
-
-    /// When the connection must close if nothing changes.
-    fn deadline(&self, timeouts: Timeouts) -> Instant {
-        match *self.phase.lock().unwrap_or_else(|e| e.into_inner()) {
-            Phase::Busy { since, .. } => since + timeouts.in_flight,
-            Phase::Waiting {
-                head: Some(head), ..
-            } => head + timeouts.header,
-            Phase::Waiting { since, first, .. } => {
-                since
-                    + if first {
-                        timeouts.header
-                    } else {
-                        timeouts.idle
-                    }
-            }
-        }
-    }
-
-    /// Resolves when the connection has waited too long for a request head, or a request
-    /// has been in flight too long.
-    async fn expiry(&self, timeouts: Timeouts) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the deadline is read, so a change in between is not lost.
-            changed.as_mut().enable();
-            tokio::select! {
-                () = changed => {}
-                () = tokio::time::sleep_until(self.deadline(timeouts)) => {
-                    if self.deadline(timeouts) <= Instant::now() {
-                        return;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A request in flight; dropped when its response has been sent (or abandoned).
-struct InFlight(Arc<Activity>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.update(|phase| {
-            *phase = match *phase {
-                Phase::Busy { requests, since } if requests > 1 => Phase::Busy {
-                    requests: requests - 1,
-                    since,
-                },
-                _ => Phase::Waiting {
-                    since: Instant::now(),
-                    first: false,
-                    head: None,
-                },
-            };
-            true
-        });
-    }
 }
 
 /// The router as a hyper service, marking each request in flight and timing its body.

@@ -143,6 +143,30 @@ async fn a_silent_socket_waits_header_timeout_and_an_idle_one_idle_timeout() {
 }
 
 #[tokio::test]
+async fn a_head_begun_on_a_kept_alive_connection_gets_header_timeout_not_idle_timeout() {
+    let gateway = Spawned::start(
+        "header_timeout = \"300ms\"\nidle_timeout = \"60s\"",
+        "",
+        None,
+    );
+    let mut kept = TcpStream::connect(gateway.addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 1024];
+    let n = kept.read(&mut answer).await.unwrap();
+    assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+    // The next head begins and stops: from its first byte, the connection has
+    // header_timeout, not what was left of the idle connection's 60 s.
+    let begun = Instant::now();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    read_to_close(&mut kept, BOUND)
+        .await
+        .expect("closed after header_timeout, long before idle_timeout");
+    assert!(begun.elapsed() >= Duration::from_millis(300));
+}
+
+#[tokio::test]
 async fn a_slow_drip_body_is_cut_after_body_timeout() {
     let gateway = Spawned::start("body_timeout = \"500ms\"", "", None);
     let stream = TcpStream::connect(gateway.addr).await.unwrap();
