@@ -122,6 +122,66 @@ NGINX
     log "nginx (pid $NGINX_PID) on $NGINX_ADDR"
 }
 
+# Starts a second nginx on a free port as a reverse proxy to the upstream nginx, with a
+# keep-alive pool: the cheapest well-known proxy, as a yardstick for what one more hop costs
+# on this machine when the proxy does next to nothing (no JSON, no log, no routing). Answers
+# are not buffered, so a stream's events pass as they come, as through the gateway.
+#   /v1/chat/completions  the upstream's stream (for bench/ttfb.py, which posts there)
+#   anything else         the same path on the upstream (/json/v1/chat/completions)
+# Expects NGINX_ADDR; sets PROXY_ADDR and PROXY_PID.
+start_reference_proxy() {
+    local port
+    port=$(free_port)
+    PROXY_ADDR=127.0.0.1:$port
+    mkdir -p "$WORK/proxy/tmp"
+    chmod 711 "$WORK/proxy"
+    chmod 1777 "$WORK/proxy/tmp"
+    local pass='proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off;'
+    cat >"$WORK/proxy/nginx.conf" <<NGINX
+master_process off;
+worker_processes 1;
+daemon off;
+pid $WORK/proxy/nginx.pid;
+error_log $WORK/proxy/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $WORK/proxy/tmp/body;
+    proxy_temp_path $WORK/proxy/tmp/proxy;
+    fastcgi_temp_path $WORK/proxy/tmp/fastcgi;
+    uwsgi_temp_path $WORK/proxy/tmp/uwsgi;
+    scgi_temp_path $WORK/proxy/tmp/scgi;
+    client_max_body_size 4m;
+    client_body_buffer_size 1m;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    tcp_nodelay on;
+    upstream upstream_nginx {
+        server $NGINX_ADDR;
+        keepalive 1024;
+        keepalive_requests 100000000;
+    }
+    server {
+        listen $PROXY_ADDR backlog=4096;
+        location = /v1/chat/completions {
+            proxy_pass http://upstream_nginx/sse/v1/chat/completions;
+            $pass
+        }
+        location / {
+            proxy_pass http://upstream_nginx;
+            $pass
+        }
+    }
+}
+NGINX
+    "$NGINX" -c "$WORK/proxy/nginx.conf" -e "$WORK/proxy/error.log" \
+        >"$WORK/proxy.out" 2>"$WORK/proxy.err" &
+    PROXY_PID=$!
+    PIDS+=("$PROXY_PID")
+    wait_for_port "$port" "$PROXY_PID" 30
+    log "reference proxy: nginx (pid $PROXY_PID) on $PROXY_ADDR, in front of $NGINX_ADDR"
+}
+
 # Writes the gateway's config to $WORK/gateway.toml: port $1, providers on nginx (`json`,
 # `sse`) and, when $2 and $3 name fake providers' addresses, a failover pair.
 # Routes: `bench` (nginx JSON), `bench-stream` (nginx SSE), `failover` (fake 500 → fake ok).

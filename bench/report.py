@@ -3,11 +3,15 @@
 
 Standard library only. Inputs:
   --results FILE   JSON lines, one per load phase:
-                   {"scenario": "json 4k", "target": "direct"|"gateway", "conns": C,
-                    "threads": T, "gateway_cpu_ticks": N, "fake_cpu_ticks": N (the upstream's),
-                    "machine_busy_ticks": N, "wrk_cpu_ms": N, "wall_us": N, "wrk": {...}}
-                   where "wrk" is the object bench/wrk.lua prints (latencies in µs).
+                   {"scenario": "json 4k", "target": "direct"|"gateway"|"proxy", "conns": C,
+                    "threads": T, "gateway_cpu_ticks": N, "gateway_user_ticks": N,
+                    "gateway_sys_ticks": N, "proxy_user_ticks": N, "proxy_sys_ticks": N,
+                    "fake_cpu_ticks": N (the upstream's), "machine_busy_ticks": N,
+                    "wrk_cpu_ms": N, "wall_us": N, "wrk": {...}}
+                   where "wrk" is the object bench/wrk.lua prints (latencies in µs) and
+                   "proxy" is the reference proxy (nginx as a keep-alive reverse proxy).
   --ttfb FILE      the JSON bench/ttfb.py prints.
+  --ttfb-proxy FILE  the same through the reference proxy (optional).
   --streams FILE   the JSON bench/streams.py prints.
   --startup FILE   the JSON bench/startup.py prints (optional).
   --hops FILE      the JSON bench/hops.py prints (optional): what one more hop costs here.
@@ -58,6 +62,8 @@ def load_phases(path, clk_tck):
             def per_request(ticks):
                 return ticks * tick_us / requests if requests else float("nan")
 
+            # Split and proxy fields are absent from results written before they were added.
+            proxy_ticks = row.get("proxy_user_ticks", 0) + row.get("proxy_sys_ticks", 0)
             phases[(row["scenario"], row["target"], row["conns"])] = {
                 "requests": requests,
                 "seconds": seconds,
@@ -68,17 +74,42 @@ def load_phases(path, clk_tck):
                 "max_us": wrk["lat_max_us"],
                 "errors": errors,
                 "gateway_cpu_us_per_req": per_request(row["gateway_cpu_ticks"]),
+                "gateway_user_us_per_req": per_request(row.get("gateway_user_ticks", 0)),
+                "gateway_sys_us_per_req": per_request(row.get("gateway_sys_ticks", 0)),
+                "proxy_cpu_us_per_req": per_request(proxy_ticks),
+                "proxy_user_us_per_req": per_request(row.get("proxy_user_ticks", 0)),
+                "proxy_sys_us_per_req": per_request(row.get("proxy_sys_ticks", 0)),
                 "upstream_cpu_us_per_req": per_request(row["fake_cpu_ticks"]),
                 "threads": row["threads"],
-                # CPUs' worth of work by everything but the gateway, the upstream and wrk.
+                # CPUs' worth of work by everything but the gateway, the reference proxy,
+                # the upstream and wrk.
                 "other_cpus": (
                     row["machine_busy_ticks"] / clk_tck
-                    - (row["gateway_cpu_ticks"] + row["fake_cpu_ticks"]) / clk_tck
+                    - (row["gateway_cpu_ticks"] + proxy_ticks + row["fake_cpu_ticks"]) / clk_tck
                     - row["wrk_cpu_ms"] / 1e3
                 )
                 / (row["wall_us"] / 1e6),
             }
     return phases
+
+
+def reference_rows(phases, rows):
+    """The reference proxy's figures beside the gateway's, where both ran."""
+    out = {}
+    for (scenario, c), r in rows.items():
+        p = phases.get((scenario, "proxy", c))
+        if not p:
+            continue
+        d, g = r["direct"], r["gateway"]
+        out[(scenario, c)] = {
+            "proxy": p,
+            "gateway": g,
+            "proxy_ratio": p["rps"] / d["rps"] if d["rps"] else float("nan"),
+            "gateway_ratio": r["ratio"],
+            "proxy_added_p50_us": p["p50_us"] - d["p50_us"],
+            "gateway_added_p50_us": r["added_p50_us"],
+        }
+    return out
 
 
 def main():
@@ -88,6 +119,7 @@ def main():
     p.add_argument("--streams", required=True)
     p.add_argument("--startup")
     p.add_argument("--hops")
+    p.add_argument("--ttfb-proxy")
     p.add_argument("--rss-kb", type=int, required=True)
     p.add_argument("--hwm-kb", type=int, required=True)
     p.add_argument("--clk-tck", type=int, required=True)
@@ -111,6 +143,10 @@ def main():
     if args.hops:
         with open(args.hops) as f:
             hops = json.load(f)
+    ttfb_proxy = None
+    if args.ttfb_proxy:
+        with open(args.ttfb_proxy) as f:
+            ttfb_proxy = json.load(f)
     scenarios = list(dict.fromkeys(s for (s, _, _) in phases))
     threads = sorted({ph["threads"] for ph in phases.values()})
 
@@ -123,7 +159,7 @@ def main():
     head = (
         f"{'scenario':<11} {'conc':>4} | {'direct req/s':>12} {'p50 ms':>7} {'p99 ms':>7} | "
         f"{'gateway req/s':>13} {'p50 ms':>7} {'p99 ms':>7} | "
-        f"{'added p50 µs':>12} {'gw/direct':>9} {'gw CPU µs/req':>13} {'up CPU d/g':>10} "
+        f"{'added p50 µs':>12} {'gw/direct':>9} {'gw CPU µs/req':>13} {'usr/sys':>9} {'up CPU d/g':>10} "
         f"{'other CPUs d/g':>14} {'errors':>6}"
     )
     w("")
@@ -146,13 +182,31 @@ def main():
                 "ratio": ratio,
             }
             up = f"{d['upstream_cpu_us_per_req']:.0f}/{g['upstream_cpu_us_per_req']:.0f}"
+            split = f"{g['gateway_user_us_per_req']:.0f}/{g['gateway_sys_us_per_req']:.0f}"
             other = f"{d['other_cpus']:.2f}/{g['other_cpus']:.2f}"
             w(
                 f"{scenario:<11} {c:>4} | {d['rps']:>12,.0f} {d['p50_us'] / 1e3:>7.3f} "
                 f"{d['p99_us'] / 1e3:>7.3f} | {g['rps']:>13,.0f} {g['p50_us'] / 1e3:>7.3f} "
                 f"{g['p99_us'] / 1e3:>7.3f} | {added:>12,.0f} {ratio:>9.0%} "
-                f"{g['gateway_cpu_us_per_req']:>13.1f} {up:>10} {other:>14} "
+                f"{g['gateway_cpu_us_per_req']:>13.1f} {split:>9} {up:>10} {other:>14} "
                 f"{d['errors'] + g['errors']:>6}"
+            )
+    proxied = reference_rows(phases, rows)
+    if proxied:
+        w("")
+        w(
+            "The reference proxy (nginx as a keep-alive reverse proxy to the same upstream: no "
+            "JSON, no log, no routing), under the same load as the gateway; CPU is user + system:"
+        )
+        for (scenario, c), r in proxied.items():
+            p, g = r["proxy"], r["gateway"]
+            w(
+                f"  {scenario} c={c}: proxy {p['rps']:,.0f} req/s ({r['proxy_ratio']:.0%} of direct), "
+                f"added p50 {r['proxy_added_p50_us']:,.0f} µs, CPU {p['proxy_cpu_us_per_req']:.1f} µs/req "
+                f"({p['proxy_user_us_per_req']:.1f} + {p['proxy_sys_us_per_req']:.1f}); gateway "
+                f"{g['rps']:,.0f} req/s ({r['gateway_ratio']:.0%}), added p50 {r['gateway_added_p50_us']:,.0f} µs, "
+                f"CPU {g['gateway_cpu_us_per_req']:.1f} µs/req ({g['gateway_user_us_per_req']:.1f} + "
+                f"{g['gateway_sys_us_per_req']:.1f})"
             )
     w("")
     rss_mb = args.rss_kb / 1024
@@ -174,6 +228,9 @@ def main():
         f"TTFB direct {dfb:,.0f} µs, gateway {gfb:,.0f} µs, added {ttfb_added:,.0f} µs "
         f"(first SSE event: added {gfe - dfe:,.0f} µs)"
     )
+    if ttfb_proxy:
+        pfb = ttfb_proxy["gateway"]["first_byte"]["median_us"] - ttfb_proxy["direct"]["first_byte"]["median_us"]
+        w(f"Streaming at c=1 through the reference proxy: TTFB added {pfb:,.0f} µs (same method)")
     if startup:
         w(
             f"Start to first answer: {startup['median_ms']:.1f} ms (median of "
@@ -251,6 +308,8 @@ def main():
             "ttfb": ttfb,
             "startup": startup,
             "hops": hops,
+            "reference_proxy": {f"{s} c={c}": r for (s, c), r in reference_rows(phases, rows).items()},
+            "ttfb_proxy": ttfb_proxy,
             "targets": [{"name": n, "target": t, "measured": v, "met": ok} for n, t, v, ok in checks],
         }
         with open(args.json, "w") as f:

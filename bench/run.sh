@@ -10,6 +10,8 @@
 #   failover                    step 0 answers 500, step 1 serves (the built-in fakes)
 #   1,000 open streams          the gateway's RSS while that many streams are open
 #   start to first answer       launch to the first request's 200, on an empty store and not
+#   reference proxy             the 4 KB phases and the stream TTFB through nginx as a plain
+#                               reverse proxy: what a proxy that does next to nothing costs here
 # Targets are reported, never asserted: the script exits 0 when a target is missed, non-zero
 # only when the benchmark itself fails.
 set -euo pipefail
@@ -27,6 +29,7 @@ BENCH_STREAMS=${BENCH_STREAMS:-1000}     # concurrently open streams for the RSS
 BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-}     # SWITCHYARD_LOG for the gateway; unset: its default, as users run it
 BENCH_STREAMS_ONLY=${BENCH_STREAMS_ONLY:-0}  # 1: only the open-streams memory figure, then stop
 BENCH_STREAMS_HTTP2=${BENCH_STREAMS_HTTP2:-false} # true: the open streams reach their upstream over HTTP/2
+BENCH_PROXY_SIZES=${BENCH_PROXY_SIZES-"4k"}  # body sizes also sent through the reference proxy; empty: none
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
 PIDS=()
@@ -114,6 +117,24 @@ cpu_ticks() {
     echo $((f[11] + f[12]))
 }
 
+# The same, apart: "user system", in clock ticks.
+cpu_split() {
+    local stat
+    stat=$(<"/proc/$1/stat")
+    stat=${stat##*) }
+    local -a f
+    read -r -a f <<<"$stat"
+    echo "${f[11]} ${f[12]}"
+}
+
+# "user system" ticks between two cpu_split readings.
+split_delta() {
+    local -a before after
+    read -r -a before <<<"$1"
+    read -r -a after <<<"$2"
+    echo "$((after[0] - before[0])) $((after[1] - before[1]))"
+}
+
 # Busy (non-idle) clock ticks of the whole machine, all CPUs, from the first line of /proc/stat.
 sys_busy_ticks() {
     local _cpu user nice system idle iowait irq softirq steal _rest
@@ -161,6 +182,9 @@ proc_status_kb() {
 # --- upstreams ----------------------------------------------------------------------------
 # nginx for throughput: it costs a few µs per request, far below the gateway's own cost.
 start_nginx "$BENCH_EVENTS"
+# nginx as a reverse proxy in front of that nginx: what a proxy that does next to nothing
+# costs here, beside the gateway.
+start_reference_proxy
 
 # The built-in fakes for the failover scenario and the long-lived streams.
 # start_fake NAME SCRIPT: sets FAKE_ADDR and FAKE_PID.
@@ -256,18 +280,22 @@ run_phase() {
             "${wrk[@]}" -d"${BENCH_WARMUP}s" "$url" >"$out.warmup"
         settle "$GW_PID"
     fi
-    local gw_before up_before sys_before cpu_before t_before
-    local gw_after up_after sys_after t_after
+    local gw_before up_before sys_before cpu_before t_before gw_split_before px_split_before
+    local gw_after up_after sys_after t_after gw_split_after px_split_after
     child_cpu_ms
     cpu_before=$CHILD_CPU_MS
     t_before=$EPOCHREALTIME
     sys_before=$(sys_busy_ticks)
     gw_before=$(cpu_ticks "$GW_PID")
+    gw_split_before=$(cpu_split "$GW_PID")
+    px_split_before=$(cpu_split "$PROXY_PID")
     up_before=$(cpu_ticks "$upstream")
     BENCH_BODY_FILE=$body timeout $((BENCH_SECONDS + 30)) \
         "${wrk[@]}" --latency -d"${BENCH_SECONDS}s" "$url" >"$out"
     settle "$GW_PID"
     gw_after=$(cpu_ticks "$GW_PID")
+    gw_split_after=$(cpu_split "$GW_PID")
+    px_split_after=$(cpu_split "$PROXY_PID")
     up_after=$(cpu_ticks "$upstream")
     sys_after=$(sys_busy_ticks)
     t_after=$EPOCHREALTIME
@@ -277,8 +305,12 @@ run_phase() {
     [[ -n $json ]] || die "wrk printed no result for $scenario $name c=$conns"
     # Wall time in µs, from $EPOCHREALTIME's "seconds.micros".
     local wall_us=$(((${t_after%.*} - ${t_before%.*}) * 1000000 + 10#${t_after#*.} - 10#${t_before#*.}))
-    printf '{"scenario":"%s","target":"%s","conns":%d,"threads":%d,"gateway_cpu_ticks":%d,"fake_cpu_ticks":%d,"machine_busy_ticks":%d,"wrk_cpu_ms":%d,"wall_us":%d,"wrk":%s}\n' \
-        "$scenario" "$name" "$conns" "$threads" $((gw_after - gw_before)) $((up_after - up_before)) \
+    local gw_user gw_sys px_user px_sys
+    read -r gw_user gw_sys < <(split_delta "$gw_split_before" "$gw_split_after")
+    read -r px_user px_sys < <(split_delta "$px_split_before" "$px_split_after")
+    printf '{"scenario":"%s","target":"%s","conns":%d,"threads":%d,"gateway_cpu_ticks":%d,"gateway_user_ticks":%d,"gateway_sys_ticks":%d,"proxy_user_ticks":%d,"proxy_sys_ticks":%d,"fake_cpu_ticks":%d,"machine_busy_ticks":%d,"wrk_cpu_ms":%d,"wall_us":%d,"wrk":%s}\n' \
+        "$scenario" "$name" "$conns" "$threads" $((gw_after - gw_before)) "$gw_user" "$gw_sys" \
+        "$px_user" "$px_sys" $((up_after - up_before)) \
         $((sys_after - sys_before)) $((CHILD_CPU_MS - cpu_before)) "$wall_us" "$json" >>"$RESULTS"
     log "$scenario $name c=$conns: $(grep -E '^Requests/sec' "$out" || true)"
 }
@@ -286,9 +318,15 @@ run_phase() {
 for size in $BENCH_SIZES; do
     python3 bench/bodies.py chat "$size" m >"$WORK/body-$size-direct.json"
     python3 bench/bodies.py chat "$size" bench >"$WORK/body-$size-gateway.json"
+    through_proxy=0
+    [[ " $BENCH_PROXY_SIZES " == *" $size "* ]] && through_proxy=1
     for c in $BENCH_CONCURRENCY; do
         run_phase "json $size" direct "$NGINX_JSON" "$WORK/body-$size-direct.json" "$c" "$NGINX_PID"
         run_phase "json $size" gateway "$GATEWAY_URL" "$WORK/body-$size-gateway.json" "$c" "$NGINX_PID"
+        if ((through_proxy)); then
+            run_phase "json $size" proxy "http://$PROXY_ADDR/json/v1/chat/completions" \
+                "$WORK/body-$size-direct.json" "$c" "$NGINX_PID"
+        fi
     done
 done
 
@@ -312,6 +350,9 @@ done
 log "streaming TTFB: $BENCH_TTFB_N sequential requests each way"
 timeout 600 python3 bench/ttfb.py --direct "$NGINX_ADDR" --direct-path /sse/v1/chat/completions \
     --gateway "$GW_ADDR" --gateway-model bench-stream -n "$BENCH_TTFB_N" >"$WORK/ttfb.json"
+log "streaming TTFB through the reference proxy: $BENCH_TTFB_N sequential requests each way"
+timeout 600 python3 bench/ttfb.py --direct "$NGINX_ADDR" --direct-path /sse/v1/chat/completions \
+    --gateway "$PROXY_ADDR" -n "$BENCH_TTFB_N" >"$WORK/ttfb-proxy.json"
 
 # --- start to first answer ----------------------------------------------------------------
 # A second gateway on its own port and store, started BENCH_STARTS times: the first on an
@@ -335,7 +376,7 @@ GW_LOG_LINES=$(wc -l <"$WORK/gateway.err")
 
 echo
 python3 bench/report.py --results "$RESULTS" --ttfb "$WORK/ttfb.json" --streams "$WORK/streams.json" \
-    --startup "$WORK/startup.json" --hops "$WORK/hops.json" \
+    --startup "$WORK/startup.json" --hops "$WORK/hops.json" --ttfb-proxy "$WORK/ttfb-proxy.json" \
     --rss-kb "$RSS_KB" --hwm-kb "$HWM_KB" --clk-tck "$CLK_TCK" --cpus "$CPUS" \
     --events "$BENCH_EVENTS" --seconds "$BENCH_SECONDS" --warmup "$BENCH_WARMUP" \
     ${BENCH_JSON:+--json "$BENCH_JSON"}
