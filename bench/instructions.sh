@@ -20,6 +20,7 @@ INSTR_WARMUP=${INSTR_WARMUP:-20}         # unmeasured requests before each scena
 INSTR_EVENTS=${INSTR_EVENTS:-500}        # content events in the stream scenario
 INSTR_SIZES=${INSTR_SIZES-"64 4k 32k 128k"}   # set but empty: no body-size scenario
 INSTR_STREAM=${INSTR_STREAM:-1}          # 0: no stream scenario
+INSTR_PROXY=${INSTR_PROXY:-1}            # 0: no reference proxy line
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-instr.XXXXXX")
 PIDS=()
@@ -124,4 +125,22 @@ done
 if [[ $INSTR_STREAM != 0 ]]; then
     python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/body-stream.json"
     scenario "stream 4k, $INSTR_EVENTS events" "$WORK/body-stream.json" --stream
+fi
+
+# The reference proxy (nginx as a keep-alive reverse proxy, bench/lib.sh) under callgrind with
+# the same 4 KB body: the instructions a proxy that does next to nothing spends a request.
+if [[ $INSTR_PROXY != 0 ]]; then
+    PROXY_LAUNCHER=(valgrind --tool=callgrind --callgrind-out-file="$WORK/proxy.callgrind.%p")
+    start_reference_proxy
+    python3 bench/bodies.py chat 4k m >"$WORK/body-proxy.json"
+    PROXY_URL=http://$PROXY_ADDR/json/v1/chat/completions
+    python3 bench/send.py "$PROXY_URL" "$WORK/body-proxy.json" "$INSTR_WARMUP" >/dev/null
+    callgrind_control -z "$PROXY_PID" >/dev/null
+    python3 bench/send.py "$PROXY_URL" "$WORK/body-proxy.json" "$INSTR_REQUESTS" >/dev/null
+    callgrind_control -d "$PROXY_PID" >/dev/null
+    # One process, one thread: the dump is proxy.callgrind.PID.1.
+    proxy_total=$(awk '/^(totals|summary):/ { print $2; exit }' "$WORK/proxy.callgrind.$PROXY_PID.1")
+    [[ $proxy_total =~ ^[0-9]+$ && $proxy_total -gt 0 ]] || die "no instruction total for the reference proxy"
+    printf '%-22s %10d %16d %18s %16s\n' "proxy: json 4k" "$INSTR_REQUESTS" \
+        "$((proxy_total / INSTR_REQUESTS))" - -
 fi

@@ -174,11 +174,12 @@ http {
     }
 }
 NGINX
-    "$NGINX" -c "$WORK/proxy/nginx.conf" -e "$WORK/proxy/error.log" \
+    # PROXY_LAUNCHER, when set, runs it under another program (callgrind, in instructions.sh).
+    ${PROXY_LAUNCHER[@]+"${PROXY_LAUNCHER[@]}"} "$NGINX" -c "$WORK/proxy/nginx.conf" -e "$WORK/proxy/error.log" \
         >"$WORK/proxy.out" 2>"$WORK/proxy.err" &
     PROXY_PID=$!
     PIDS+=("$PROXY_PID")
-    wait_for_port "$port" "$PROXY_PID" 30
+    wait_for_port "$port" "$PROXY_PID" 120
     log "reference proxy: nginx (pid $PROXY_PID) on $PROXY_ADDR, in front of $NGINX_ADDR"
 }
 
