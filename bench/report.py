@@ -229,8 +229,9 @@ def main():
         f"(first SSE event: added {gfe - dfe:,.0f} µs)"
     )
     if ttfb_proxy:
-        pfb = ttfb_proxy["gateway"]["first_byte"]["median_us"] - ttfb_proxy["direct"]["first_byte"]["median_us"]
-        w(f"Streaming at c=1 through the reference proxy: TTFB added {pfb:,.0f} µs (same method)")
+        first_byte = {t: ttfb_proxy[t]["first_byte"]["median_us"] for t in ("direct", "gateway")}
+        proxy_ttfb_added = first_byte["gateway"] - first_byte["direct"]
+        w(f"Streaming at c=1 through the reference proxy: TTFB added {proxy_ttfb_added:,.0f} µs (same method)")
     if startup:
         w(
             f"Start to first answer: {startup['median_ms']:.1f} ms (median of "
@@ -257,24 +258,34 @@ def main():
     def check(name, target, value, ok):
         checks.append((name, target, value, ok))
 
+    # Where the reference proxy ran too, each figure is followed by the proxy's: what a proxy
+    # that does next to nothing reaches on this machine.
+    def proxy(size, c, text):
+        r = proxied.get((f"json {size}", c))
+        return f"; proxy {text(r)}" if r else ""
+
     for size, limit in CPU_TARGETS_US.items():
         levels = [c for (s, c) in rows if s == f"json {size}"]
         if levels:
             worst = max(levels, key=lambda c: rows[(f"json {size}", c)]["gateway"]["gateway_cpu_us_per_req"])
             cpu = rows[(f"json {size}", worst)]["gateway"]["gateway_cpu_us_per_req"]
-            check(f"CPU per request, {size} body", f"<= {limit:g} µs", f"{cpu:.1f} µs (c={worst})", cpu <= limit)
+            floor = proxy(size, worst, lambda r: f"{r['proxy']['proxy_cpu_us_per_req']:.1f} µs")
+            check(f"CPU per request, {size} body", f"<= {limit:g} µs", f"{cpu:.1f} µs (c={worst}){floor}", cpu <= limit)
     if ("json 4k", 1) in rows:
         r = rows[("json 4k", 1)]
-        check("added p50 at c=1, 4k", f"<= {ADDED_P50_US_C1 / 1e3:g} ms", f"{r['added_p50_us'] / 1e3:.3f} ms{hop_note}", r["added_p50_us"] <= ADDED_P50_US_C1)
+        floor = proxy("4k", 1, lambda p: f"{p['proxy_added_p50_us'] / 1e3:.3f} ms")
+        check("added p50 at c=1, 4k", f"<= {ADDED_P50_US_C1 / 1e3:g} ms", f"{r['added_p50_us'] / 1e3:.3f} ms{floor}{hop_note}", r["added_p50_us"] <= ADDED_P50_US_C1)
         check("added p99 at c=1, 4k", f"<= {ADDED_P99_US_C1 / 1e3:g} ms", f"{r['added_p99_us'] / 1e3:.3f} ms", r["added_p99_us"] <= ADDED_P99_US_C1)
     if ("json 4k", 64) in rows:
         ratio = rows[("json 4k", 64)]["ratio"]
-        check("throughput at c=64, 4k", f">= {RATIO_C64:.0%} of direct", f"{ratio:.0%}", ratio >= RATIO_C64)
+        floor = proxy("4k", 64, lambda p: f"{p['proxy_ratio']:.0%}")
+        check("throughput at c=64, 4k", f">= {RATIO_C64:.0%} of direct", f"{ratio:.0%}{floor}", ratio >= RATIO_C64)
     stream_rows = [r for (s, c), r in rows.items() if s.startswith("stream")]
     if stream_rows:
         per_event = max(r["gateway"]["gateway_cpu_us_per_req"] for r in stream_rows) / max(args.events, 1)
         check("CPU per forwarded event", f"<= {CPU_PER_EVENT_US:g} µs", f"{per_event:.2f} µs (whole request ÷ events)", per_event <= CPU_PER_EVENT_US)
-    check("stream TTFB added at c=1", f"<= {TTFB_ADDED_US / 1e3:g} ms", f"{ttfb_added / 1e3:.3f} ms{hop_note}", ttfb_added <= TTFB_ADDED_US)
+    ttfb_floor = f"; proxy {proxy_ttfb_added / 1e3:.3f} ms" if ttfb_proxy else ""
+    check("stream TTFB added at c=1", f"<= {TTFB_ADDED_US / 1e3:g} ms", f"{ttfb_added / 1e3:.3f} ms{ttfb_floor}{hop_note}", ttfb_added <= TTFB_ADDED_US)
     # The target is defined at 1,000 streams; fewer would meet it for the wrong reason.
     if streams["streams"] >= TARGET_STREAMS:
         check(f"RSS, {streams['streams']:,} open streams", f"<= {STREAMS_RSS_MB:g} MB", f"{streams_mb:.1f} MB", streams_mb <= STREAMS_RSS_MB)
@@ -308,7 +319,7 @@ def main():
             "ttfb": ttfb,
             "startup": startup,
             "hops": hops,
-            "reference_proxy": {f"{s} c={c}": r for (s, c), r in reference_rows(phases, rows).items()},
+            "reference_proxy": {f"{s} c={c}": r for (s, c), r in proxied.items()},
             "ttfb_proxy": ttfb_proxy,
             "targets": [{"name": n, "target": t, "measured": v, "met": ok} for n, t, v, ok in checks],
         }

@@ -29,7 +29,7 @@ BENCH_STREAMS=${BENCH_STREAMS:-1000}     # concurrently open streams for the RSS
 BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-}     # SWITCHYARD_LOG for the gateway; unset: its default, as users run it
 BENCH_STREAMS_ONLY=${BENCH_STREAMS_ONLY:-0}  # 1: only the open-streams memory figure, then stop
 BENCH_STREAMS_HTTP2=${BENCH_STREAMS_HTTP2:-false} # true: the open streams reach their upstream over HTTP/2
-BENCH_PROXY_SIZES=${BENCH_PROXY_SIZES-"4k"}  # body sizes also sent through the reference proxy; empty: none
+BENCH_PROXY_SIZES=${BENCH_PROXY_SIZES-$BENCH_SIZES}  # body sizes also sent through the reference proxy; empty: none
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
 PIDS=()
