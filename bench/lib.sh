@@ -54,6 +54,34 @@ wait_for_port() {
     done
 }
 
+# The start of an nginx config whose files are under $WORK/$1, up to the http block's
+# settings: one process that serves, so its CPU time is all in one pid (a master would show
+# none), no access log, keep-alive without end. The caller adds its servers and the
+# closing brace.
+nginx_preamble() {
+    local dir=$WORK/$1
+    cat <<NGINX
+master_process off;
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 8192; }
+http {
+    access_log off;
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    client_max_body_size 4m;
+    client_body_buffer_size 1m;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    tcp_nodelay on;
+NGINX
+}
+
 # Starts nginx on a free port as a fake provider that costs next to nothing per request:
 #   /json/v1/chat/completions  a whole OpenAI completion (a static file, from bench/bodies.py)
 #   /sse/v1/chat/completions   a stream of $1 content events, then usage and [DONE]
@@ -70,26 +98,9 @@ start_nginx() {
     chmod 1777 "$WORK/nginx/tmp"
     python3 bench/bodies.py sse "$events" >"$WORK/nginx/www/stream.sse"
     python3 bench/bodies.py completion >"$WORK/nginx/www/completion.json"
-    cat >"$WORK/nginx/nginx.conf" <<NGINX
-# One process that serves, so its CPU time is the upstream's (a master would show none).
-master_process off;
-worker_processes 1;
-daemon off;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 8192; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/nginx/tmp/body;
-    proxy_temp_path $WORK/nginx/tmp/proxy;
-    fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
-    uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
-    scgi_temp_path $WORK/nginx/tmp/scgi;
-    client_max_body_size 4m;
-    client_body_buffer_size 1m;
-    keepalive_requests 100000000;
-    keepalive_timeout 300s;
-    tcp_nodelay on;
+    {
+        nginx_preamble nginx
+        cat <<NGINX
     server {
         listen $NGINX_ADDR backlog=4096;
         # A static file answers GET only: the POST's 405 becomes the file, as a 200.
@@ -114,6 +125,7 @@ http {
     }
 }
 NGINX
+    } >"$WORK/nginx/nginx.conf"
     "$NGINX" -c "$WORK/nginx/nginx.conf" -e "$WORK/nginx/error.log" \
         >"$WORK/nginx.out" 2>"$WORK/nginx.err" &
     NGINX_PID=$!
@@ -137,25 +149,9 @@ start_reference_proxy() {
     chmod 711 "$WORK/proxy"
     chmod 1777 "$WORK/proxy/tmp"
     local pass='proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off;'
-    cat >"$WORK/proxy/nginx.conf" <<NGINX
-master_process off;
-worker_processes 1;
-daemon off;
-pid $WORK/proxy/nginx.pid;
-error_log $WORK/proxy/error.log warn;
-events { worker_connections 8192; }
-http {
-    access_log off;
-    client_body_temp_path $WORK/proxy/tmp/body;
-    proxy_temp_path $WORK/proxy/tmp/proxy;
-    fastcgi_temp_path $WORK/proxy/tmp/fastcgi;
-    uwsgi_temp_path $WORK/proxy/tmp/uwsgi;
-    scgi_temp_path $WORK/proxy/tmp/scgi;
-    client_max_body_size 4m;
-    client_body_buffer_size 1m;
-    keepalive_requests 100000000;
-    keepalive_timeout 300s;
-    tcp_nodelay on;
+    {
+        nginx_preamble proxy
+        cat <<NGINX
     upstream upstream_nginx {
         server $NGINX_ADDR;
         keepalive 1024;
@@ -174,6 +170,7 @@ http {
     }
 }
 NGINX
+    } >"$WORK/proxy/nginx.conf"
     # PROXY_LAUNCHER, when set, runs it under another program (callgrind, in instructions.sh).
     ${PROXY_LAUNCHER[@]+"${PROXY_LAUNCHER[@]}"} "$NGINX" -c "$WORK/proxy/nginx.conf" -e "$WORK/proxy/error.log" \
         >"$WORK/proxy.out" 2>"$WORK/proxy.err" &

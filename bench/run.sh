@@ -106,25 +106,22 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# utime + stime of a whole process (all its threads), in clock ticks.
-cpu_ticks() {
+# "user system" of a whole process (all its threads), in clock ticks.
+cpu_split() {
     local stat
     stat=$(<"/proc/$1/stat")
     stat=${stat##*) } # drop "pid (comm) ": comm may hold spaces
     local -a f
     read -r -a f <<<"$stat"
     # f[0] is field 3 (state), so utime (field 14) is f[11] and stime (field 15) is f[12].
-    echo $((f[11] + f[12]))
+    echo "${f[11]} ${f[12]}"
 }
 
-# The same, apart: "user system", in clock ticks.
-cpu_split() {
-    local stat
-    stat=$(<"/proc/$1/stat")
-    stat=${stat##*) }
-    local -a f
-    read -r -a f <<<"$stat"
-    echo "${f[11]} ${f[12]}"
+# utime + stime of a whole process, in clock ticks.
+cpu_ticks() {
+    local user sys
+    read -r user sys < <(cpu_split "$1")
+    echo $((user + sys))
 }
 
 # "user system" ticks between two cpu_split readings.
