@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderName};
 use base64::Engine;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::watch;
@@ -181,6 +181,9 @@ impl Directory {
     }
 }
 
+/// Anthropic's key header, as a name: looking a `&str` up parses it on every request.
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+
 fn credential(headers: &HeaderMap) -> Option<&str> {
     // The scheme is case-insensitive (RFC 9110 §11.1): `bearer sy-…` is as good.
     let bearer = headers
@@ -188,7 +191,7 @@ fn credential(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .and_then(|(scheme, key)| scheme.eq_ignore_ascii_case("bearer").then_some(key));
-    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    let api_key = headers.get(X_API_KEY).and_then(|v| v.to_str().ok());
     bearer.or(api_key).map(str::trim).filter(|k| !k.is_empty())
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures_util::Stream;
 use http::StatusCode;
-use http::header::HeaderValue;
+use http::header::{HeaderName, HeaderValue};
 use http_body_util::BodyExt;
 use hyper::body::Body as _;
 use tokio::time::{Instant, timeout};
@@ -190,9 +190,15 @@ fn upstream_request_id(
     headers: &http::header::HeaderMap,
     scrubber: &Scrubber,
 ) -> Option<HeaderValue> {
-    ["request-id", "x-request-id", "apim-request-id"]
+    // Names, not `&str`s: looking a `&str` up parses it into a name each time.
+    const NAMES: [HeaderName; 3] = [
+        HeaderName::from_static("request-id"),
+        HeaderName::from_static("x-request-id"),
+        HeaderName::from_static("apim-request-id"),
+    ];
+    NAMES
         .iter()
-        .find_map(|name| headers.get(*name))
+        .find_map(|name| headers.get(name))
         .map(|value| scrubber.header(value.clone()))
 }
 

@@ -1,7 +1,7 @@
 //! Who may send a request, and whether their limits let it in: the checks every API
 //! endpoint makes before routing.
 
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 
 use super::AppState;
 use super::error::ApiError;
@@ -11,6 +11,8 @@ use crate::telemetry::RecordGuard;
 
 /// The request header that skips step 0, for operators demoing degraded paths.
 pub const FORCE_FALLBACK: &str = "x-switchyard-force-fallback";
+/// The same, as a name: looking a `&str` up parses it into one on every request.
+const FORCE_FALLBACK_HEADER: HeaderName = HeaderName::from_static(FORCE_FALLBACK);
 
 /// Recognises the caller and notes them in the request's record.
 pub fn authenticate(
@@ -57,7 +59,7 @@ pub fn authorize(
             Denied::Key => ApiError::Forbidden("this virtual key may not use that model"),
         })?;
     let forced = headers
-        .get(FORCE_FALLBACK)
+        .get(FORCE_FALLBACK_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     if forced && !state.config().debug.allow_force_fallback && !caller.has_permission("debug") {

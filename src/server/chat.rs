@@ -236,7 +236,7 @@ fn prepare(
             operation: endpoint.operation,
             body: request,
             anthropic_beta: headers
-                .get("anthropic-beta")
+                .get(ANTHROPIC_BETA)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
         },
@@ -526,6 +526,7 @@ const STEP: HeaderName = HeaderName::from_static("x-switchyard-step");
 const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
 const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
 const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
+const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
 /// The headers `stamp` writes, at most: the ten above.
 const STAMPED_HEADERS: usize = 10;
 
