@@ -143,4 +143,8 @@ if [[ $INSTR_PROXY != 0 ]]; then
     [[ $proxy_total =~ ^[0-9]+$ && $proxy_total -gt 0 ]] || die "no instruction total for the reference proxy"
     printf '%-22s %10d %16d %18s %16s\n' "proxy: json 4k" "$INSTR_REQUESTS" \
         "$((proxy_total / INSTR_REQUESTS))" - -
+    if [[ -n ${INSTR_JSON:-} ]]; then
+        printf '{"scenario":"proxy: json 4k","requests":%d,"instructions":%d,"per_request":%d}\n' \
+            "$INSTR_REQUESTS" "$proxy_total" "$((proxy_total / INSTR_REQUESTS))" >>"$INSTR_JSON"
+    fi
 fi
