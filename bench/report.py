@@ -212,8 +212,10 @@ def main():
     rss_mb = args.rss_kb / 1024
     w(f"Gateway RSS after the load phases: {rss_mb:.1f} MB (VmRSS; peak {args.hwm_kb / 1024:.1f} MB)")
     streams_mb = streams["rss_kb"] / 1024
+    wave = streams.get("wave", streams["streams"])
+    opened = "opened at once" if wave >= streams["streams"] else f"opened {wave:,} at a time"
     w(
-        f"Gateway RSS with {streams['streams']:,} streams open: {streams_mb:.1f} MB "
+        f"Gateway RSS with {streams['streams']:,} streams open ({opened}): {streams_mb:.1f} MB "
         f"(before opening them {streams['rss_before_kb'] / 1024:.1f} MB; with them "
         f"{streams['rss_file_kb'] / 1024:.1f} MB code and mapped files, "
         f"{streams['rss_anon_kb'] / 1024:.1f} MB allocated)"

@@ -29,6 +29,7 @@ BENCH_STREAMS=${BENCH_STREAMS:-1000}     # concurrently open streams for the RSS
 BENCH_GATEWAY_LOG=${BENCH_GATEWAY_LOG:-}     # SWITCHYARD_LOG for the gateway; unset: its default, as users run it
 BENCH_STREAMS_ONLY=${BENCH_STREAMS_ONLY:-0}  # 1: only the open-streams memory figure, then stop
 BENCH_STREAMS_HTTP2=${BENCH_STREAMS_HTTP2:-false} # true: the open streams reach their upstream over HTTP/2
+BENCH_STREAMS_WAVE=${BENCH_STREAMS_WAVE:-$BENCH_STREAMS} # open the streams this many at a time (default: all at once)
 BENCH_PROXY_SIZES=${BENCH_PROXY_SIZES-$BENCH_SIZES}  # body sizes also sent through the reference proxy; empty: none
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-bench.XXXXXX")
@@ -36,10 +37,11 @@ PIDS=()
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-for var in BENCH_SECONDS BENCH_WARMUP BENCH_THREADS BENCH_TTFB_N BENCH_EVENTS BENCH_STREAMS; do
+for var in BENCH_SECONDS BENCH_WARMUP BENCH_THREADS BENCH_TTFB_N BENCH_EVENTS BENCH_STREAMS BENCH_STREAMS_WAVE; do
     [[ ${!var} =~ ^[0-9]+$ ]] || die "$var must be a whole number, not '${!var}'"
 done
 ((BENCH_SECONDS > 0)) || die "BENCH_SECONDS must be at least 1"
+((BENCH_STREAMS_WAVE > 0)) || die "BENCH_STREAMS_WAVE must be at least 1"
 [[ $BENCH_STREAMS_HTTP2 == true || $BENCH_STREAMS_HTTP2 == false ]] || die "BENCH_STREAMS_HTTP2 must be true or false"
 ((BENCH_THREADS > 0)) || die "BENCH_THREADS must be at least 1"
 for c in $BENCH_CONCURRENCY; do
@@ -253,10 +255,10 @@ log "one more hop: loopback round trips between two processes"
 timeout 120 python3 bench/hops.py >"$WORK/hops.json"
 
 # --- memory with many streams open, first, so no load phase's heap is in the figure --------
-log "opening $BENCH_STREAMS streams at once (upstream http2 = $BENCH_STREAMS_HTTP2)"
+log "opening $BENCH_STREAMS streams, $BENCH_STREAMS_WAVE at a time (upstream http2 = $BENCH_STREAMS_HTTP2)"
 python3 bench/bodies.py chat 4k slow-stream --stream >"$WORK/slow-stream.json"
 timeout 300 python3 bench/streams.py "$GW_ADDR" "$WORK/slow-stream.json" "$BENCH_STREAMS" \
-    "$GW_PID" >"$WORK/streams.json"
+    "$GW_PID" "$BENCH_STREAMS_WAVE" >"$WORK/streams.json"
 if [[ $BENCH_STREAMS_ONLY == 1 ]]; then
     cat "$WORK/streams.json"
     exit 0
