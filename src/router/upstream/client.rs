@@ -5,6 +5,7 @@
 //! and spawned a task per request to re-pool its connection.
 
 mod connect;
+mod target;
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -24,6 +25,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender, StreamSlot};
 use crate::providers::outbound::{OutBody, UpstreamRequest};
+use target::{Target, Targets};
 
 /// An answer's head, its body still to be read.
 pub type UpstreamResponse = Response<UpstreamBody>;
@@ -94,6 +96,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 thread_local! {
     /// This thread's pools, one for each live client (a test process runs several gateways).
     static POOLS: RefCell<Vec<(Weak<Connectors>, Pool)>> = const { RefCell::new(Vec::new()) };
+    /// The URIs this thread sends to, parsed. Parsing is the same for every client, so all
+    /// of the thread's share them.
+    static TARGETS: RefCell<Targets> = RefCell::new(Targets::default());
 }
 
 /// Why the client could not be built.
@@ -251,8 +256,9 @@ impl UpstreamClient {
             )));
         }
         let invalid_uri = || TransportError::Invalid("the URI is not valid".into());
-        let uri = Uri::try_from(request.uri).map_err(|_| invalid_uri())?;
-        let (origin, host) = OriginKey::of(&uri, request.http2).ok_or_else(invalid_uri)?;
+        let Target { uri, origin, host } = TARGETS
+            .with_borrow_mut(|targets| targets.get(&request.uri, request.http2))
+            .ok_or_else(invalid_uri)?;
         let mut outgoing = Request::new(request.body);
         *outgoing.method_mut() = request.method;
         *outgoing.headers_mut() = request.headers;
