@@ -15,13 +15,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
-use axum::http::{HeaderMap, HeaderName};
 use base64::Engine;
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use tokio::sync::watch;
 
 use crate::config::{Config, pattern_matches};
+use crate::providers::anthropic::X_API_KEY;
 use crate::store::sqlite::hash_key;
 use crate::store::{LimitOverrides, Store, StoreError, VirtualKey, now_ms};
 
@@ -180,9 +181,6 @@ impl Directory {
         }
     }
 }
-
-/// Anthropic's key header, as a name: looking a `&str` up parses it on every request.
-const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 fn credential(headers: &HeaderMap) -> Option<&str> {
     // The scheme is case-insensitive (RFC 9110 §11.1): `bearer sy-…` is as good.

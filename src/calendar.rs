@@ -44,4 +44,31 @@ mod tests {
             assert_eq!(days_from_civil(y, m, d), day);
         }
     }
+
+    #[test]
+    fn consecutive_days_step_through_the_gregorian_calendar() {
+        // Every day from 1970 to 2400 against month lengths and the leap rule written out
+        // apart: the day advances by one, or the month (or the year) turns over onto the 1st.
+        let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+        let length = |y: i64, m: i64| match m {
+            2 if leap(y) => 29,
+            2 => 28,
+            4 | 6 | 9 | 11 => 30,
+            _ => 31,
+        };
+        let mut previous = civil_from_days(0);
+        for days in 1..157_000 {
+            let (y, m, d) = civil_from_days(days);
+            let (py, pm, pd) = previous;
+            let expected = if pd < length(py, pm) {
+                (py, pm, pd + 1)
+            } else if pm < 12 {
+                (py, pm + 1, 1)
+            } else {
+                (py + 1, 1, 1)
+            };
+            assert_eq!((y, m, d), expected, "day {days}");
+            previous = (y, m, d);
+        }
+    }
 }

@@ -32,8 +32,10 @@ use super::{
 pub struct AnthropicAdapter;
 
 const ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
-const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
-const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
+/// Betas the client asks for; the gateway forwards them to Anthropic steps.
+pub(crate) const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
+/// Anthropic's key header, which Anthropic clients also send the gateway.
+pub(crate) const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 impl Adapter for AnthropicAdapter {
     fn request(

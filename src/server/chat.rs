@@ -24,6 +24,7 @@ use crate::auth::Caller;
 use crate::budgets::Reservation;
 use crate::config::Route;
 use crate::limits::Permit;
+use crate::providers::anthropic::ANTHROPIC_BETA;
 use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, RequestBody};
 use crate::router::breaker::CallerTag;
 use crate::router::chain::{ChainInputs, describe_failures, rate_limited_everywhere};
@@ -526,7 +527,6 @@ const STEP: HeaderName = HeaderName::from_static("x-switchyard-step");
 const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
 const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
 const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
-const ANTHROPIC_BETA: HeaderName = HeaderName::from_static("anthropic-beta");
 /// The headers `stamp` writes, at most: the ten above.
 const STAMPED_HEADERS: usize = 10;
 
