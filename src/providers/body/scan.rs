@@ -38,28 +38,25 @@ pub(super) fn top_level_fields(text: &str) -> Option<Scanned<'_>> {
         unicode_escapes: false,
     };
     let mut fields = Vec::new();
-    scan.whitespace();
-    scan.byte(b'{')?;
-    scan.whitespace();
-    if !scan.eat(b'}') {
+    scan.expect(b'{')?;
+    if scan.token()? == b'}' {
+        scan.at += 1;
+    } else {
         loop {
+            scan.token()?;
             let name = scan.string()?;
-            scan.whitespace();
-            scan.byte(b':')?;
-            scan.whitespace();
+            scan.expect(b':')?;
+            scan.token()?;
             let start = scan.at;
             scan.value(1)?;
             fields.push((field_name(text, name)?, start..scan.at));
-            scan.whitespace();
-            if !scan.eat(b',') {
-                scan.byte(b'}')?;
+            if scan.after_member(b'}')? {
                 break;
             }
-            scan.whitespace();
         }
     }
-    scan.whitespace();
-    (scan.at == scan.bytes.len()).then_some(Scanned {
+    // Nothing but whitespace after the object.
+    scan.token().is_none().then_some(Scanned {
         fields,
         unicode_escapes: scan.unicode_escapes,
     })
@@ -93,19 +90,37 @@ impl Scan<'_> {
         found
     }
 
-    fn byte(&mut self, byte: u8) -> Option<()> {
-        self.eat(byte).then_some(())
+    /// The next byte that is not whitespace, left in place; `None` at the end.
+    fn token(&mut self) -> Option<u8> {
+        loop {
+            let byte = self.peek()?;
+            if !matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+                return Some(byte);
+            }
+            self.at += 1;
+        }
     }
 
-    fn whitespace(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.at += 1;
+    /// The next token, which must be `byte`: taken.
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.token()? == byte).then(|| self.at += 1)
+    }
+
+    /// After a member or element: `,` (more follow) or `close` (the last one), taken.
+    /// Whether it was the last.
+    fn after_member(&mut self, close: u8) -> Option<bool> {
+        let byte = self.token()?;
+        self.at += 1;
+        match byte {
+            b',' => Some(false),
+            _ if byte == close => Some(true),
+            _ => None,
         }
     }
 
     /// One value of any kind, `depth` containers deep.
     fn value(&mut self, depth: usize) -> Option<()> {
-        match self.peek()? {
+        match self.token()? {
             b'{' => self.object(depth + 1),
             b'[' => self.array(depth + 1),
             b'"' => self.string().map(drop),
@@ -122,21 +137,18 @@ impl Scan<'_> {
             return None;
         }
         self.at += 1;
-        self.whitespace();
-        if self.eat(b'}') {
+        if self.token()? == b'}' {
+            self.at += 1;
             return Some(());
         }
         loop {
+            self.token()?;
             self.string()?;
-            self.whitespace();
-            self.byte(b':')?;
-            self.whitespace();
+            self.expect(b':')?;
             self.value(depth)?;
-            self.whitespace();
-            if !self.eat(b',') {
-                return self.byte(b'}');
+            if self.after_member(b'}')? {
+                return Some(());
             }
-            self.whitespace();
         }
     }
 
@@ -145,24 +157,24 @@ impl Scan<'_> {
             return None;
         }
         self.at += 1;
-        self.whitespace();
-        if self.eat(b']') {
+        if self.token()? == b']' {
+            self.at += 1;
             return Some(());
         }
         loop {
             self.value(depth)?;
-            self.whitespace();
-            if !self.eat(b',') {
-                return self.byte(b']');
+            if self.after_member(b']')? {
+                return Some(());
             }
-            self.whitespace();
         }
     }
 
     /// A string, from its opening quote: the range of its contents, and whether it has
     /// escapes. The text is UTF-8 already; JSON forbids only raw control characters.
     fn string(&mut self) -> Option<(Range<usize>, bool)> {
-        self.byte(b'"')?;
+        if !self.eat(b'"') {
+            return None;
+        }
         let start = self.at;
         let mut escaped = false;
         loop {
