@@ -232,7 +232,7 @@ pub fn response(data: &[u8]) {
     let request = ClientRequest::new(format, operation, Map::new());
     let adapter = providers::adapter(kind);
     if choice / 16 % 2 == 0 {
-        if let Some(decoded) = adapter.decode(&request, body) {
+        if let Some(decoded) = adapter.decode(&request, &Bytes::copy_from_slice(body)) {
             if let Err(e) = json_syntax(&decoded.body) {
                 panic!("{kind:?} decoded to non-JSON ({e}): {:?}", decoded.body);
             }

@@ -126,7 +126,7 @@ pub trait Adapter: Sync {
     ) -> Result<UpstreamRequest, Rejection>;
 
     /// Turns a whole 2xx answer into the client's format; `None` when it does not parse.
-    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded>;
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded>;
 
     /// Turns an error answer into the client's error shape; `None` keeps it as it came.
     fn error_body(&self, request: &ClientRequest, status: StatusCode, body: &[u8])

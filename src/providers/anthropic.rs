@@ -96,12 +96,12 @@ impl Adapter for AnthropicAdapter {
         Ok(built)
     }
 
-    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         let message: Value = serde_json::from_slice(body).ok()?;
         if request.operation == Operation::CountTokens {
             message.get("input_tokens")?.as_u64()?;
             return Some(Decoded {
-                body: Bytes::copy_from_slice(body),
+                body: body.clone(),
                 usage: None,
             });
         }
@@ -113,7 +113,7 @@ impl Adapter for AnthropicAdapter {
         let usage = message.get("usage").map(usage);
         match request.format {
             ClientFormat::Anthropic => Some(Decoded {
-                body: Bytes::copy_from_slice(body),
+                body: body.clone(),
                 usage,
             }),
             ClientFormat::OpenAi => Some(Decoded {

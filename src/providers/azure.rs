@@ -37,7 +37,7 @@ impl Adapter for AzureAdapter {
         Ok(built)
     }
 
-    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         openai::decode(request, body)
     }
 

@@ -73,7 +73,7 @@ impl Adapter for GeminiAdapter {
         Ok(built)
     }
 
-    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         let response: serde_json::Value = serde_json::from_slice(body).ok()?;
         if request.operation == Operation::Embeddings {
             let answer = embed::to_openai(&response, &request.body)?;

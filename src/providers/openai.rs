@@ -48,7 +48,7 @@ impl Adapter for OpenAiAdapter {
         Ok(built)
     }
 
-    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         decode(request, body)
     }
 
@@ -129,22 +129,22 @@ fn usage_options(body: &RequestBody) -> Option<String> {
 }
 
 /// An OpenAI-format answer in the client's format.
-pub(crate) fn decode(request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+pub(crate) fn decode(request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
     match (request.operation, request.format) {
         (Operation::Embeddings, _) => probe_embeddings(body).map(|usage| Decoded {
-            body: Bytes::copy_from_slice(body),
+            body: body.clone(),
             usage,
         }),
         (Operation::CountTokens, _) => None,
         (Operation::Responses, _) => {
             responses::passthrough::probe_response(body).map(|usage| Decoded {
-                body: Bytes::copy_from_slice(body),
+                body: body.clone(),
                 usage,
             })
         }
         (Operation::Chat | Operation::Completions, ClientFormat::OpenAi) => probe_completion(body)
             .map(|usage| Decoded {
-                body: Bytes::copy_from_slice(body),
+                body: body.clone(),
                 usage,
             }),
         (Operation::Chat | Operation::Completions, ClientFormat::Anthropic) => {
@@ -308,6 +308,15 @@ pub fn stream_error_event(message: &str, code: &str) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_passed_through_answer_is_the_answer_s_own_bytes() {
+        let answer = Bytes::from_static(br#"{"choices":[],"usage":{"prompt_tokens":2}}"#);
+        let request = ClientRequest::new(ClientFormat::OpenAi, Operation::Chat, Map::new());
+        let decoded = decode(&request, &answer).unwrap();
+        assert_eq!(decoded.body.as_ptr(), answer.as_ptr(), "not copied");
+        assert_eq!(decoded.usage.map(|u| u.prompt_tokens), Some(2));
+    }
 
     #[test]
     fn an_answer_that_is_not_utf8_is_not_a_success() {

@@ -63,9 +63,9 @@ impl Adapter for PassthroughAdapter {
         Ok(built)
     }
 
-    fn decode(&self, _request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    fn decode(&self, _request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         passthrough::probe_response(body).map(|usage| Decoded {
-            body: Bytes::copy_from_slice(body),
+            body: body.clone(),
             usage,
         })
     }
@@ -138,7 +138,7 @@ impl Adapter for OverChat {
             })
     }
 
-    fn decode(&self, request: &ClientRequest, body: &[u8]) -> Option<Decoded> {
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         let chat = self.chat_or_empty(request);
         let decoded = adapter(self.0).decode(&chat, body)?;
         let completion: Value = serde_json::from_slice(&decoded.body).ok()?;
