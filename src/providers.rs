@@ -126,6 +126,7 @@ pub trait Adapter: Sync {
     ) -> Result<UpstreamRequest, Rejection>;
 
     /// Turns a whole 2xx answer into the client's format; `None` when it does not parse.
+    /// An answer already in the client's format comes back as `body` itself, not a copy.
     fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded>;
 
     /// Turns an error answer into the client's error shape; `None` keeps it as it came.
