@@ -175,29 +175,30 @@ impl Scan<'_> {
         if !self.eat(b'"') {
             return None;
         }
-        let start = self.at;
+        // Walked in a local: `self.at` written back once, at the end, not at every escape.
+        let (bytes, start) = (self.bytes, self.at);
+        let mut at = start;
         let mut escaped = false;
         loop {
-            self.at = specials::next(&self.specials, self.at)?;
-            match self.peek()? {
+            at = specials::next(&self.specials, at)?;
+            match *bytes.get(at)? {
                 b'"' => {
-                    self.at += 1;
-                    return Some((start..self.at - 1, escaped));
+                    self.at = at + 1;
+                    return Some((start..at, escaped));
                 }
                 b'\\' => escaped = true,
                 // A raw control byte.
                 _ => return None,
             }
-            self.at += 1;
-            match self.peek()? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 1,
+            match *bytes.get(at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => at += 2,
                 b'u' => {
                     self.unicode_escapes = true;
-                    let hex = self.bytes.get(self.at + 1..self.at + 5)?;
+                    let hex = bytes.get(at + 2..at + 6)?;
                     if !hex.iter().all(u8::is_ascii_hexdigit) {
                         return None;
                     }
-                    self.at += 5;
+                    at += 6;
                 }
                 _ => return None,
             }
