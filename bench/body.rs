@@ -1,5 +1,5 @@
 //! What checking a client's body costs: [`RequestBody::parse`] (the fast check that finds the
-//! top-level fields) on the multi-turn chat bodies `bench/run.sh` sends, 4 KB to 128 KB, per
+//! top-level fields) on the multi-turn chat bodies `bench/run.sh` sends, 4 KB to 512 KB, per
 //! request and per byte; beside it, serde_json's own validation of the same bytes
 //! (`serde::de::IgnoredAny`), the floor a general parser sets.
 //!
