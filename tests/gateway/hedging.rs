@@ -162,6 +162,12 @@ async fn the_hedge_budget_hedges_only_its_share_of_slow_requests() {
     assert!(responses.iter().all(|r| r.status() == 200));
     assert_eq!(hedged, 2);
     assert_eq!(secondary.calls(), 2);
+    // The counter is kept by the log writer, which may not have every row yet when the
+    // answers' heads are in: wait for all 20 rows before reading it.
+    let telemetry = gateway.telemetry();
+    tokio::time::timeout(Duration::from_secs(10), telemetry.wait_for_rows(20))
+        .await
+        .expect("every request is logged");
     let metrics = metrics_text(&gateway.url(), METRICS_TOKEN).await;
     assert!(
         metrics.contains(r#"switchyard_hedges_refused_total{route="r"} 18"#),
