@@ -24,7 +24,7 @@ pub(super) fn masks(bytes: &[u8]) -> Vec<u64> {
 
 /// The offset of the first special byte at or after `from`, if any, in the bytes `masks`
 /// describes.
-#[inline]
+#[inline(always)]
 pub(super) fn next(masks: &[u64], from: usize) -> Option<usize> {
     let mut word = from / BLOCK;
     let mut pending = masks.get(word)? & (u64::MAX << (from % BLOCK));
