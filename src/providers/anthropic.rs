@@ -24,8 +24,8 @@ use super::openai::stream::OpenAiSink;
 use super::outbound::OutBody;
 use super::stream::{StreamTranslator, Translating};
 use super::{
-    Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, RequestBody, Target,
-    UpstreamRequest, Usage, translate_error,
+    Adapter, ClientFormat, ClientRequest, Decoded, JsonKind, Operation, Rejection, RequestBody,
+    Target, UpstreamRequest, Usage, translate_error,
 };
 
 /// Anthropic's Messages API.
@@ -97,6 +97,13 @@ impl Adapter for AnthropicAdapter {
     }
 
     fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
+        if request.format == ClientFormat::Anthropic && request.operation != Operation::CountTokens
+        {
+            return probe_message(body).map(|usage| Decoded {
+                body: body.clone(),
+                usage,
+            });
+        }
         let message: Value = serde_json::from_slice(body).ok()?;
         if request.operation == Operation::CountTokens {
             message.get("input_tokens")?.as_u64()?;
@@ -196,6 +203,26 @@ pub fn error_type(status: StatusCode) -> &'static str {
 }
 
 /// Reads Anthropic's `usage`; cached prompt tokens count as prompt tokens, as OpenAI counts them.
+/// Checks an answer passed through to an Anthropic client as a message and reads its usage;
+/// `None` when it is not a message.
+///
+/// The answer is checked by the request body's check (see [`RequestBody`]) and only `type`,
+/// `content`'s first byte and `usage` are read: building the whole message as a tree cost a
+/// 600-byte answer 19k instructions, this 9k. As with every passthrough, a number past `f64`
+/// is passed on, as JSON allows. (An OpenAI completion's probe stays with serde_json's
+/// `IgnoredAny`, which skips a small answer for less than this check costs.)
+fn probe_message(body: &Bytes) -> Option<Option<Usage>> {
+    let answer = RequestBody::parse(body.clone()).ok()?;
+    let kind: String = answer.field_as("type")?;
+    if kind != "message" || answer.field_kind("content") != Some(JsonKind::Array) {
+        return None;
+    }
+    match answer.raw_field("usage") {
+        Some(raw) => Some(Some(usage(&serde_json::from_str(raw).ok()?))),
+        None => Some(None),
+    }
+}
+
 pub fn usage(usage: &Value) -> Usage {
     let count = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
     Usage {
@@ -291,6 +318,75 @@ mod tests {
         assert_eq!(built.headers["anthropic-version"], "2023-06-01");
         assert_eq!(built.headers["accept"], "text/event-stream");
         assert!(built.headers.get("authorization").is_none());
+    }
+
+    /// What the passthrough probe read before it read fields: the whole message as a tree.
+    fn probe_message_by_tree(body: &[u8]) -> Option<Option<Usage>> {
+        let message: Value = serde_json::from_slice(body).ok()?;
+        if message.get("type").and_then(Value::as_str) != Some("message")
+            || !message.get("content").is_some_and(Value::is_array)
+        {
+            return None;
+        }
+        Some(message.get("usage").map(usage))
+    }
+
+    #[test]
+    fn the_message_probe_says_what_the_tree_says() {
+        let counts = |prompt_tokens, completion_tokens| {
+            Some(Some(Usage {
+                prompt_tokens,
+                completion_tokens,
+            }))
+        };
+        let cases: &[(&str, Option<Option<Usage>>)] = &[
+            (
+                r#"{"type":"message","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":4}}"#,
+                counts(3, 4),
+            ),
+            (r#"{"content" : [ ], "type" : "mess\u0061ge"}"#, Some(None)),
+            (
+                r#"{"type":"message","content":[],"usage":null}"#,
+                counts(0, 0),
+            ),
+            (
+                r#"{"type":"message","content":[],"usage":"x"}"#,
+                counts(0, 0),
+            ),
+            // The last of a repeated name counts, as in a tree.
+            (
+                r#"{"type":"error","content":[],"type":"message"}"#,
+                Some(None),
+            ),
+            (r#"{"type":"message","content":[],"type":"error"}"#, None),
+            (r#"{"type":"message","content":"text"}"#, None),
+            (r#"{"type":"message"}"#, None),
+            (r#"{"type":1,"content":[]}"#, None),
+            (r#"{"type":"message","content":["\ud800"]}"#, None),
+            (r#"{"type":"message","content":[]"#, None),
+            (r#"[{"type":"message","content":[]}]"#, None),
+            ("", None),
+        ];
+        for (body, expected) in cases {
+            let body = Bytes::copy_from_slice(body.as_bytes());
+            assert_eq!(&probe_message(&body), expected, "{body:?}");
+            assert_eq!(&probe_message_by_tree(&body), expected, "tree: {body:?}");
+        }
+        // Where they part: a number past `f64`, which JSON allows and a tree refuses.
+        let far = Bytes::from_static(br#"{"type":"message","content":[],"n":1e400}"#);
+        assert_eq!(probe_message(&far), Some(None));
+        assert_eq!(probe_message_by_tree(&far), None);
+    }
+
+    #[test]
+    fn a_passed_through_message_is_the_answer_s_own_bytes() {
+        let answer = Bytes::from_static(
+            br#"{"type":"message","content":[],"usage":{"input_tokens":2,"cache_read_input_tokens":1}}"#,
+        );
+        let request = ClientRequest::new(ClientFormat::Anthropic, Operation::Chat, Map::new());
+        let decoded = AnthropicAdapter.decode(&request, &answer).unwrap();
+        assert_eq!(decoded.body.as_ptr(), answer.as_ptr(), "not copied");
+        assert_eq!(decoded.usage.map(|u| u.prompt_tokens), Some(3));
     }
 
     #[test]
