@@ -170,7 +170,9 @@ const RECENT_ROWS: usize = 10_000;
 
 /// A record on its way to the writer, with what its answer waits on (`fsync` only).
 pub(crate) struct Entry {
-    record: RequestRecord,
+    /// Boxed: a record is about 300 bytes, and the guard that holds it lives in every
+    /// request's future, which is moved by value several times a request.
+    record: Box<RequestRecord>,
     ack: Option<guard::Ack>,
 }
 
@@ -301,7 +303,10 @@ impl Telemetry {
     /// Queues one record that holds no reserved place: when the queue is full it is dropped,
     /// and counted.
     pub fn record(&self, record: RequestRecord) {
-        self.enqueue(Entry { record, ack: None });
+        self.enqueue(Entry {
+            record: Box::new(record),
+            ack: None,
+        });
     }
 
     fn enqueue(&self, entry: Entry) {

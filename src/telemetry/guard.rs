@@ -55,7 +55,7 @@ impl Drop for Ack {
 /// Sends its record exactly once: on [`RecordGuard::finish`], or when dropped unfinished
 /// (a client that went away, a panic), marked as such.
 pub struct RecordGuard {
-    record: Option<RequestRecord>,
+    record: Option<Box<RequestRecord>>,
     telemetry: Telemetry,
     started: tokio::time::Instant,
     /// The record's place in the queue, reserved when the request arrived.
@@ -76,7 +76,7 @@ impl RecordGuard {
         let durable = (telemetry.settings.durability == Durability::Fsync)
             .then(|| Arc::new(DurableState::default()));
         RecordGuard {
-            record: Some(record),
+            record: Some(Box::new(record)),
             telemetry,
             started: tokio::time::Instant::now(),
             place,
@@ -121,7 +121,7 @@ impl RecordGuard {
     /// The record being built. It is only taken by `finish` or `drop`, which consume the guard.
     pub fn record(&mut self) -> &mut RequestRecord {
         self.record
-            .get_or_insert_with(|| RequestRecord::new(String::new(), false))
+            .get_or_insert_with(|| Box::new(RequestRecord::new(String::new(), false)))
     }
 
     /// Sends the record now.

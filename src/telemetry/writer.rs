@@ -200,7 +200,7 @@ impl Writer {
             record.cost_usd = self.cost(&record);
             rows.push(log_row(&record));
             self.metrics.observe(&record);
-            self.log.append(record);
+            self.log.append(*record);
             acks.extend(ack);
         }
         (rows.into(), acks)
@@ -467,7 +467,7 @@ mod tests {
 
     fn entry(id: usize) -> Entry {
         Entry {
-            record: RequestRecord::new(format!("r{id}"), false),
+            record: Box::new(RequestRecord::new(format!("r{id}"), false)),
             ack: None,
         }
     }
