@@ -210,7 +210,8 @@ impl Budgets {
         let (verdict, lease) = match &self.backend {
             Backend::Memory(budgets) => memory_reserve(budgets, &owner, amount, budget),
             Backend::Redis { shared, local } => {
-                match shared.reserve(&owner, ask.request_id, amount, budget).await {
+                // Boxed, as the rate limits' round trip is (see `Limits::admit`).
+                match Box::pin(shared.reserve(&owner, ask.request_id, amount, budget)).await {
                     Ok(verdict) => {
                         let lease = Lease::Redis {
                             budgets: shared.clone(),

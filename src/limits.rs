@@ -331,7 +331,9 @@ impl Limits {
         let decision = match &self.backend {
             Backend::Memory(limiter) => limiter.admit(&caller.user, quota),
             Backend::Redis { shared, local } => {
-                match shared.admit(&caller.user, quota, request_id).await {
+                // Boxed: the round trip's future is a kilobyte, and inline it would be part
+                // of every request's future, moved by value, Redis or not.
+                match Box::pin(shared.admit(&caller.user, quota, request_id)).await {
                     Ok(decision) => {
                         self.health.set(None);
                         decision

@@ -105,7 +105,8 @@ impl Reservation {
                 owner,
                 held,
             } => budgets.settle(owner, *held, cost),
-            Lease::Redis { budgets, owner, id } => budgets.settle(owner, id, cost).await,
+            // Boxed, as the other round trips on the request path are (see `Limits::admit`).
+            Lease::Redis { budgets, owner, id } => Box::pin(budgets.settle(owner, id, cost)).await,
         }
     }
 
