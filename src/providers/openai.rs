@@ -99,13 +99,15 @@ pub(crate) fn encode(
 /// `stream_options` asking for the usage chunk; the body is never rebuilt, unless a field
 /// the gateway sets is named twice in it.
 fn passthrough(body: &RequestBody, model: &str, stream: bool) -> OutBody {
-    let model_json = Value::from(model).to_string();
+    // A string serializes infallibly; as a `Value` it was copied and written through `fmt`.
+    let model_json = serde_json::to_string(model).unwrap_or_default();
     let options = if stream { usage_options(body) } else { None };
-    let mut set = vec![("model", model_json.as_str())];
-    if let Some(options) = &options {
-        set.push(("stream_options", options));
-    }
-    body.with_fields(&set).unwrap_or_else(|| {
+    let model_field = ("model", model_json.as_str());
+    let spliced = match &options {
+        Some(options) => body.with_fields(&[model_field, ("stream_options", options)]),
+        None => body.with_fields(&[model_field]),
+    };
+    spliced.unwrap_or_else(|| {
         encode_body(&mut body.tree().clone(), model, stream)
             .0
             .into()

@@ -37,7 +37,7 @@ pub fn authenticate(
             }
         })?;
     let record = guard.record();
-    record.user = Some(caller.user.to_string());
+    record.user = Some(String::from(&*caller.user));
     record.key_id = caller.key.as_ref().map(|k| k.id.clone());
     Ok(caller)
 }

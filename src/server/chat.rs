@@ -529,6 +529,9 @@ const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
 const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
 /// The headers `stamp` writes, at most: the ten above.
 const STAMPED_HEADERS: usize = 10;
+/// The headers an upstream's answer carries out: its content type and request id, and what
+/// `stamp` writes. (Rate limit and budget headers, when configured, may grow it once.)
+const ANSWER_HEADERS: usize = STAMPED_HEADERS + 2;
 
 fn last_failure<T>(run: &ChainRun<T>) -> Option<String> {
     run.attempts
@@ -543,6 +546,9 @@ const UPSTREAM_REQUEST_ID: HeaderName = HeaderName::from_static("x-switchyard-up
 /// An upstream answer, body and status as they came.
 fn upstream_response(reply: crate::router::UpstreamReply) -> Response {
     let mut response = Response::new(Body::from(reply.body));
+    // Sized for what `stamp` adds: grown from empty, the map was allocated twice and
+    // rehashed once on every answer.
+    *response.headers_mut() = HeaderMap::with_capacity(ANSWER_HEADERS);
     *response.status_mut() = reply.status;
     if let Some(id) = reply.upstream_request_id {
         response.headers_mut().insert(UPSTREAM_REQUEST_ID, id);
