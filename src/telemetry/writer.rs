@@ -417,7 +417,8 @@ fn note_spill(state: &WriterState, metrics: &Metrics, bytes: u64) {
     metrics.log_spill_bytes.set(bytes as i64);
 }
 
-/// The stored form of a record.
+/// The stored form of a record. (Names are copied by `as_str`: through `Display`, as
+/// `to_string` copies them, each cost a formatter's round trip.)
 pub fn log_row(record: &RequestRecord) -> LogRow {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     LogRow {
@@ -429,18 +430,18 @@ pub fn log_row(record: &RequestRecord) -> LogRow {
             .unwrap_or(0),
         key_id: record.key_id.clone(),
         user: record.user.clone(),
-        route: record.route.as_ref().map(|r| r.to_string()),
+        route: record.route.as_ref().map(|r| r.as_str().to_owned()),
         outcome: record.outcome.as_str().to_owned(),
         step: record.step,
-        provider: record.provider.as_ref().map(|p| p.to_string()),
-        model: record.model.as_ref().map(|m| m.to_string()),
+        provider: record.provider.as_ref().map(|p| p.as_str().to_owned()),
+        model: record.model.as_ref().map(|m| m.as_str().to_owned()),
         attempts: record
             .attempts
             .iter()
             .map(|a| LogAttempt {
                 step: a.step,
-                provider: a.provider.to_string(),
-                model: a.model.to_string(),
+                provider: a.provider.as_str().to_owned(),
+                model: a.model.as_str().to_owned(),
                 failure: a.failure.map(|f| f.kind().to_owned()),
                 status: a.status,
                 latency_ms: ms(a.latency),
