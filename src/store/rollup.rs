@@ -10,7 +10,7 @@ use std::cmp::Ordering;
 
 use foldhash::HashMap;
 
-use super::request_log::LogRow;
+use super::request_log::{LogAttempt, LogRow};
 
 /// One minute, in milliseconds: a rollup's span.
 pub const MINUTE_MS: i64 = 60_000;
@@ -311,7 +311,30 @@ pub struct Rollup {
 
 /// Rows folded into rollups, one per series and minute.
 #[derive(Default)]
-pub struct Rollups(HashMap<(Series, i64), RollupData>);
+pub struct Rollups(HashMap<i64, MinuteRollups>);
+
+/// One minute's rollups, by series. Keyed by name, not by [`Series`], so a row whose series
+/// is already there is folded in without copying its names.
+#[derive(Default)]
+struct MinuteRollups {
+    /// Every row of the minute: the minute exists only once a row is folded in.
+    overall: RollupData,
+    routes: HashMap<String, RollupData>,
+    /// By provider, then model.
+    deployments: HashMap<String, HashMap<String, RollupData>>,
+}
+
+/// Folds into `name`'s figures, adding them (and copying the name) only when absent.
+fn fold_into(
+    map: &mut HashMap<String, RollupData>,
+    name: &str,
+    fold: impl FnOnce(&mut RollupData),
+) {
+    match map.get_mut(name) {
+        Some(data) => fold(data),
+        None => fold(map.entry(name.to_owned()).or_default()),
+    }
+}
 
 impl Rollups {
     /// Folds one row into its minute's rollups.
@@ -323,27 +346,33 @@ impl Rollups {
     /// own attempts, its TTFT, tokens and cost those of the requests it served.
     pub fn add(&mut self, row: &LogRow) {
         let minute_ms = row.time_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-        for series in [Some(Series::Overall), row.route.clone().map(Series::Route)]
-            .into_iter()
-            .flatten()
-        {
-            let data = self.0.entry((series, minute_ms)).or_default();
+        let minute = self.0.entry(minute_ms).or_default();
+        let whole_request = |data: &mut RollupData| {
             data.counts.outcome(&row.outcome, row.status);
             data.latency.add(row.latency_ms);
             data.served(row);
+        };
+        whole_request(&mut minute.overall);
+        if let Some(route) = &row.route {
+            fold_into(&mut minute.routes, route, whole_request);
         }
-        let mut reached: Vec<(&str, &str)> = Vec::new();
-        for attempt in row.attempts.iter().filter(|a| a.reached_upstream) {
-            let key = (attempt.provider.as_str(), attempt.model.as_str());
-            if !reached.contains(&key) {
-                reached.push(key);
+        let reached = |a: &&LogAttempt| a.reached_upstream;
+        for (index, attempt) in row
+            .attempts
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.reached_upstream)
+        {
+            let (provider, model) = (attempt.provider.as_str(), attempt.model.as_str());
+            let same = |a: &&LogAttempt| a.provider == provider && a.model == model;
+            // Each deployment once a request, at its first attempt.
+            if row.attempts[..index]
+                .iter()
+                .filter(reached)
+                .any(|a| same(&a))
+            {
+                continue;
             }
-        }
-        for (provider, model) in reached {
-            let series = Series::Deployment {
-                provider: provider.to_owned(),
-                model: model.to_owned(),
-            };
             let served_here =
                 row.provider.as_deref() == Some(provider) && row.model.as_deref() == Some(model);
             let answered = matches!(row.outcome.as_str(), "success" | "fallback");
@@ -352,19 +381,20 @@ impl Rollups {
                 (true, false) => "fallback",
                 (false, _) => row.outcome.as_str(),
             };
-            let data = self.0.entry((series, minute_ms)).or_default();
-            data.counts.outcome(outcome, row.status);
-            for attempt in row
-                .attempts
-                .iter()
-                .filter(|a| a.reached_upstream && a.provider == provider && a.model == model)
-            {
-                data.counts.attempts += 1;
-                data.latency.add(attempt.latency_ms);
-            }
-            if served_here {
-                data.served(row);
-            }
+            let models = match minute.deployments.get_mut(provider) {
+                Some(models) => models,
+                None => minute.deployments.entry(provider.to_owned()).or_default(),
+            };
+            fold_into(models, model, |data| {
+                data.counts.outcome(outcome, row.status);
+                for attempt in row.attempts[index..].iter().filter(reached).filter(same) {
+                    data.counts.attempts += 1;
+                    data.latency.add(attempt.latency_ms);
+                }
+                if served_here {
+                    data.served(row);
+                }
+            });
         }
     }
 
@@ -375,13 +405,31 @@ impl Rollups {
 
     /// The rollups, in no particular order.
     pub fn into_rollups(self) -> impl Iterator<Item = Rollup> {
-        self.0
-            .into_iter()
-            .map(|((series, minute_ms), data)| Rollup {
+        self.0.into_iter().flat_map(|(minute_ms, minute)| {
+            let rollup = move |series, data| Rollup {
                 minute_ms,
                 series,
                 data,
-            })
+            };
+            let overall = rollup(Series::Overall, minute.overall);
+            let routes = minute
+                .routes
+                .into_iter()
+                .map(move |(route, data)| rollup(Series::Route(route), data));
+            let deployments = minute
+                .deployments
+                .into_iter()
+                .flat_map(move |(provider, models)| {
+                    models.into_iter().map(move |(model, data)| {
+                        let series = Series::Deployment {
+                            provider: provider.clone(),
+                            model,
+                        };
+                        rollup(series, data)
+                    })
+                });
+            std::iter::once(overall).chain(routes).chain(deployments)
+        })
     }
 }
 
@@ -441,6 +489,139 @@ mod tests {
             proptest::prop_assert_eq!(left.count(), all.count());
             proptest::prop_assert!(all.buckets.windows(2).all(|w| w[0].0 < w[1].0));
             proptest::prop_assert_eq!(Sketch::decode(&all.encode()), all);
+        }
+    }
+
+    /// How rows were folded before rollups were keyed by name: the reference for
+    /// `folds_as_keyed_by_series_did`.
+    fn by_series(rows: &[LogRow]) -> Vec<Rollup> {
+        let mut map: std::collections::HashMap<(Series, i64), RollupData> = Default::default();
+        for row in rows {
+            let minute_ms = row.time_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+            for series in [Some(Series::Overall), row.route.clone().map(Series::Route)]
+                .into_iter()
+                .flatten()
+            {
+                let data = map.entry((series, minute_ms)).or_default();
+                data.counts.outcome(&row.outcome, row.status);
+                data.latency.add(row.latency_ms);
+                data.served(row);
+            }
+            let mut reached: Vec<(&str, &str)> = Vec::new();
+            for attempt in row.attempts.iter().filter(|a| a.reached_upstream) {
+                let key = (attempt.provider.as_str(), attempt.model.as_str());
+                if !reached.contains(&key) {
+                    reached.push(key);
+                }
+            }
+            for (provider, model) in reached {
+                let series = Series::Deployment {
+                    provider: provider.to_owned(),
+                    model: model.to_owned(),
+                };
+                let served_here = row.provider.as_deref() == Some(provider)
+                    && row.model.as_deref() == Some(model);
+                let answered = matches!(row.outcome.as_str(), "success" | "fallback");
+                let outcome = match (answered, served_here) {
+                    (true, true) => "success",
+                    (true, false) => "fallback",
+                    (false, _) => row.outcome.as_str(),
+                };
+                let data = map.entry((series, minute_ms)).or_default();
+                data.counts.outcome(outcome, row.status);
+                for attempt in row
+                    .attempts
+                    .iter()
+                    .filter(|a| a.reached_upstream && a.provider == provider && a.model == model)
+                {
+                    data.counts.attempts += 1;
+                    data.latency.add(attempt.latency_ms);
+                }
+                if served_here {
+                    data.served(row);
+                }
+            }
+        }
+        let mut rollups: Vec<Rollup> = map
+            .into_iter()
+            .map(|((series, minute_ms), data)| Rollup {
+                minute_ms,
+                series,
+                data,
+            })
+            .collect();
+        rollups.sort_by(|a, b| (a.minute_ms, &a.series).cmp(&(b.minute_ms, &b.series)));
+        rollups
+    }
+
+    fn arbitrary_row() -> impl proptest::strategy::Strategy<Value = LogRow> {
+        use proptest::prelude::*;
+        let attempt = (0..2usize, 0..2usize, any::<bool>(), 0.0f64..1e4).prop_map(
+            |(provider, model, reached_upstream, latency_ms)| LogAttempt {
+                step: 0,
+                provider: ["a", "b"][provider].into(),
+                model: ["m", "n"][model].into(),
+                failure: None,
+                status: Some(200),
+                latency_ms,
+                reached_upstream,
+                hedge: false,
+            },
+        );
+        (
+            0..3 * MINUTE_MS,
+            proptest::option::of(0..2usize),
+            0..6usize,
+            prop::sample::select(vec![200u16, 400, 429, 500]),
+            proptest::collection::vec(attempt, 0..4),
+            proptest::option::of((0..2usize, 0..2usize)),
+            0.0f64..1e4,
+        )
+            .prop_map(
+                |(time_ms, route, outcome, status, attempts, served, latency_ms)| {
+                    let outcomes = ["success", "fallback", "degraded", "error", "rejected", "x"];
+                    LogRow {
+                        id: String::new(),
+                        time_ms,
+                        key_id: None,
+                        user: None,
+                        route: route.map(|r| ["r", "s"][r].into()),
+                        outcome: outcomes[outcome].into(),
+                        step: None,
+                        provider: served.map(|(p, _)| ["a", "b"][p].into()),
+                        model: served.map(|(_, m)| ["m", "n"][m].into()),
+                        attempts,
+                        status,
+                        latency_ms,
+                        ttft_ms: Some(latency_ms / 2.0),
+                        overhead_ms: 0.0,
+                        tokens_in: Some(3),
+                        tokens_out: Some(4),
+                        cost_usd: Some(0.25),
+                        stream: false,
+                        partial: false,
+                        error: None,
+                    }
+                },
+            )
+    }
+
+    proptest::proptest! {
+        /// Keyed by name, the rollups are what keying them by series made of the same rows:
+        /// retries on one deployment, fallbacks, attempts that never went upstream, rows
+        /// with no route, across minutes.
+        #[test]
+        fn folds_as_keyed_by_series_did(
+            rows in proptest::collection::vec(arbitrary_row(), 0..12),
+        ) {
+            let mut rollups = Rollups::default();
+            for row in &rows {
+                rollups.add(row);
+            }
+            proptest::prop_assert_eq!(rollups.is_empty(), rows.is_empty());
+            let mut folded: Vec<Rollup> = rollups.into_rollups().collect();
+            folded.sort_by(|a, b| (a.minute_ms, &a.series).cmp(&(b.minute_ms, &b.series)));
+            proptest::prop_assert_eq!(folded, by_series(&rows));
         }
     }
 
