@@ -193,7 +193,7 @@ struct EmbeddingsProbe {
 /// Checks an embeddings answer and reads its usage; `None` when it is not one.
 pub fn probe_embeddings(body: &[u8]) -> Option<Option<Usage>> {
     // From a `str`: serde_json checks no UTF-8 in the fields a probe skips.
-    serde_json::from_str::<EmbeddingsProbe>(std::str::from_utf8(body).ok()?)
+    serde_json::from_str::<EmbeddingsProbe>(simdutf8::basic::from_utf8(body).ok()?)
         .ok()
         .map(|e| e.usage)
 }
@@ -232,8 +232,9 @@ struct CompletionProbe {
 
 /// Checks a non-streamed completion and reads its usage; `None` when it is not a completion.
 pub fn probe_completion(body: &[u8]) -> Option<Option<Usage>> {
-    // From a `str`: serde_json checks no UTF-8 in the fields a probe skips.
-    serde_json::from_str::<CompletionProbe>(std::str::from_utf8(body).ok()?)
+    // From a `str`: serde_json checks no UTF-8 in the fields a probe skips. (simdutf8's
+    // check of a 600-byte answer costs a third of std's.)
+    serde_json::from_str::<CompletionProbe>(simdutf8::basic::from_utf8(body).ok()?)
         .ok()
         .map(|c| c.usage)
 }
