@@ -220,6 +220,13 @@ fn the_fast_check_reads_what_serde_json_reads() {
         "{\"a\":\"del\u{7f}\"}",
         r#"{"a":"\uD800"}"#,
         r#"{"\uD800":1}"#,
+        // Where an unpaired surrogate is reported: the high one, or what follows it.
+        r#"{"a":"\ud83d\u00e9"}"#,
+        r#"{"a":"\ud83d\ud83d\ude00"}"#,
+        r#"{"a":"\ud83d x\ude00"}"#,
+        r#"{"a":"\ud83d\\ude00"}"#,
+        r#"{"a":"\\\ud83d\ude00\udc00"}"#,
+        r#"{"a":"\u00e9\ude00","b":"\ud83d"}"#,
         r#"{"a":"unterminated}"#,
         r#"{"a":1}{"b":2}"#,
         r#"{"a":1} x"#,
@@ -271,5 +278,58 @@ proptest::proptest! {
         let text = format!("{{\"m\":{}}}", pieces.concat());
         assert_both_read(text.as_bytes());
         assert_both_read(pieces.concat().as_bytes());
+    }
+}
+
+/// The search for lone surrogates before it looked for surrogates only: it visited every
+/// `\u` escape. Kept as the reference the search is held to.
+fn lone_surrogate_visiting_every_escape(raw: &[u8]) -> Option<usize> {
+    let mut awaiting_low = false;
+    let mut last_end = 0;
+    for at in memchr::memmem::find_iter(raw, b"\\u") {
+        let run = raw[..=at].iter().rev().take_while(|&&b| b == b'\\').count();
+        if run % 2 == 0 {
+            continue;
+        }
+        let unit = raw
+            .get(at + 2..at + 6)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u16::from_str_radix(hex, 16).ok())?;
+        let adjacent = at == last_end;
+        match unit {
+            0xD800..=0xDBFF if awaiting_low => return Some(at),
+            0xD800..=0xDBFF => awaiting_low = true,
+            0xDC00..=0xDFFF if awaiting_low && adjacent => awaiting_low = false,
+            0xDC00..=0xDFFF => return Some(at),
+            _ if awaiting_low => return Some(at),
+            _ => {}
+        }
+        last_end = at + 6;
+        if awaiting_low && raw.get(last_end..last_end + 2) != Some(b"\\u") {
+            return Some(at);
+        }
+    }
+    None
+}
+
+proptest::proptest! {
+    /// Looking for surrogates only finds the lone one the visit of every escape found, at
+    /// the same byte.
+    #[test]
+    fn surrogates_alone_say_what_every_escape_said(
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "\\ud83d", "\\ude00", "\\uD800", "\\uDBFF", "\\uDC00", "\\udfff", "\\uD83D",
+            "\\u00e9", "\\ud7ff", "\\ud55c", "\\ue000", "\\\\", "ud83d", "x", " ",
+        ]), 0..24),
+    ) {
+        // Every piece is a whole escape or plain text, so the body is JSON, as `parse`
+        // asks of it before it looks for lone surrogates.
+        let raw = format!("{{\"a\":\"{}\"}}", pieces.concat());
+        proptest::prop_assert!(serde_json::from_str::<serde::de::IgnoredAny>(&raw).is_ok());
+        proptest::prop_assert_eq!(
+            lone_surrogate(raw.as_bytes()),
+            lone_surrogate_visiting_every_escape(raw.as_bytes()),
+            "{}", raw
+        );
     }
 }
