@@ -1,13 +1,19 @@
 #!/usr/bin/env python3
 """Request bodies and upstream answers for the benchmarks, as users send and receive them.
 
-  bodies.py chat SIZE MODEL [--stream]   a multi-turn chat completion body of about SIZE bytes
+  bodies.py chat SIZE MODEL [--stream] [--escaped]
+                                         a multi-turn chat completion body of about SIZE bytes
   bodies.py completion                   the upstream's whole answer (OpenAI completion)
   bodies.py sse EVENTS                   the upstream's stream: EVENTS content chunks, usage, [DONE]
 
 SIZE takes a suffix: 64, 4k, 32k, 128k. The chat body is deterministic: a system prompt, then
 alternating user and assistant turns of prose and code (quotes, newlines, non-ASCII), so the
 JSON has the escapes and nesting a real conversation has. 64 is the one-line hello.
+
+--escaped: the conversation in several languages (Chinese, Russian, Korean, accented Latin,
+an emoji now and then), every non-ASCII character written as a \\u escape, as Python's
+json.dumps does by default: SIZE is then the text before escaping (the body is about three
+times that).
 """
 
 import json
@@ -31,13 +37,23 @@ ANSWER = (
 )
 
 
+# The escaped body's turns: text whose every character past ASCII becomes a \u escape, and
+# an emoji (a surrogate pair) in one turn of four.
+WORLD = (
+    "Почему второй запрос иногда берёт устаревшее соединение? 为什么第二次尝试会复用失效的连接？"
+    "연결 풀이 오류를 분류하기 전에 유휴 상태로 표시합니다. Voilà: déjà vu, naïve façade. "
+)
+
+
 def size(text):
     text = text.lower()
     factor = 1024 if text.endswith("k") else 1
     return int(text.rstrip("k")) * factor
 
 
-def chat(target, model, stream):
+def chat(target, model, stream, escaped=False):
+    if escaped:
+        return escaped_chat(target, model, stream)
     if target <= 64:
         body = {"model": model, "messages": [{"role": "user", "content": "Hello"}]}
     else:
@@ -55,6 +71,22 @@ def chat(target, model, stream):
     if stream:
         body["stream"] = True
     return json.dumps(body, ensure_ascii=False)
+
+
+def escaped_chat(target, model, stream):
+    messages = [{"role": "system", "content": "You are a careful senior engineer. Answer briefly."}]
+    body = {"model": model, "messages": messages, "temperature": 0.2, "max_tokens": 512}
+    turn = 0
+    while len(json.dumps(body, ensure_ascii=False).encode()) < target:
+        role = "user" if turn % 2 == 0 else "assistant"
+        emoji = " \U0001F642" if turn % 4 == 0 else ""
+        messages.append({"role": role, "content": WORLD + emoji})
+        turn += 1
+    if messages[-1]["role"] != "user":
+        messages.append({"role": "user", "content": WORLD})
+    if stream:
+        body["stream"] = True
+    return json.dumps(body, ensure_ascii=True)
 
 
 def completion():
@@ -86,7 +118,8 @@ def sse(events):
 
 def main(args):
     if args[:1] == ["chat"] and len(args) >= 3:
-        sys.stdout.write(chat(size(args[1]), args[2], "--stream" in args[3:]))
+        flags = args[3:]
+        sys.stdout.write(chat(size(args[1]), args[2], "--stream" in flags, "--escaped" in flags))
     elif args == ["completion"]:
         sys.stdout.write(completion())
     elif args[:1] == ["sse"] and len(args) == 2:

@@ -19,6 +19,9 @@ INSTR_REQUESTS=${INSTR_REQUESTS:-200}    # measured requests per scenario
 INSTR_WARMUP=${INSTR_WARMUP:-20}         # unmeasured requests before each scenario
 INSTR_EVENTS=${INSTR_EVENTS:-500}        # content events in the stream scenario
 INSTR_SIZES=${INSTR_SIZES-"64 4k 32k 128k"}   # set but empty: no body-size scenario
+# Bodies in several languages with every non-ASCII character a \u escape (bodies.py
+# --escaped), as Python's json.dumps writes them; set but empty: none.
+INSTR_ESCAPED_SIZES=${INSTR_ESCAPED_SIZES-"128k"}
 INSTR_STREAM=${INSTR_STREAM:-1}          # 0: no stream scenario
 INSTR_PROXY=${INSTR_PROXY:-1}            # 0: no reference proxy line
 
@@ -121,6 +124,10 @@ scenario() {
 for size in $INSTR_SIZES; do
     python3 bench/bodies.py chat "$size" bench >"$WORK/body-$size.json"
     scenario "json $size" "$WORK/body-$size.json"
+done
+for size in $INSTR_ESCAPED_SIZES; do
+    python3 bench/bodies.py chat "$size" bench --escaped >"$WORK/body-$size-escaped.json"
+    scenario "json $size escaped" "$WORK/body-$size-escaped.json"
 done
 if [[ $INSTR_STREAM != 0 ]]; then
     python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/body-stream.json"
