@@ -202,7 +202,6 @@ pub fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
-/// Reads Anthropic's `usage`; cached prompt tokens count as prompt tokens, as OpenAI counts them.
 /// Checks an answer passed through to an Anthropic client as a message and reads its usage;
 /// `None` when it is not a message.
 ///
@@ -223,6 +222,7 @@ fn probe_message(body: &Bytes) -> Option<Option<Usage>> {
     }
 }
 
+/// Reads Anthropic's `usage`; cached prompt tokens count as prompt tokens, as OpenAI counts them.
 pub fn usage(usage: &Value) -> Usage {
     let count = |field: &str| usage.get(field).and_then(Value::as_u64).unwrap_or(0);
     Usage {
