@@ -324,12 +324,8 @@ struct MinuteRollups {
     deployments: HashMap<String, HashMap<String, RollupData>>,
 }
 
-/// Folds into `name`'s figures, adding them (and copying the name) only when absent.
-fn fold_into(
-    map: &mut HashMap<String, RollupData>,
-    name: &str,
-    fold: impl FnOnce(&mut RollupData),
-) {
+/// Folds into `name`'s entry, adding it (and copying the name) only when absent.
+fn fold_into<V: Default>(map: &mut HashMap<String, V>, name: &str, fold: impl FnOnce(&mut V)) {
     match map.get_mut(name) {
         Some(data) => fold(data),
         None => fold(map.entry(name.to_owned()).or_default()),
@@ -381,11 +377,7 @@ impl Rollups {
                 (true, false) => "fallback",
                 (false, _) => row.outcome.as_str(),
             };
-            let models = match minute.deployments.get_mut(provider) {
-                Some(models) => models,
-                None => minute.deployments.entry(provider.to_owned()).or_default(),
-            };
-            fold_into(models, model, |data| {
+            let fold = |data: &mut RollupData| {
                 data.counts.outcome(outcome, row.status);
                 for attempt in row.attempts[index..].iter().filter(reached).filter(same) {
                     data.counts.attempts += 1;
@@ -394,6 +386,9 @@ impl Rollups {
                 if served_here {
                     data.served(row);
                 }
+            };
+            fold_into(&mut minute.deployments, provider, |models| {
+                fold_into(models, model, fold)
             });
         }
     }
