@@ -17,10 +17,13 @@ use super::{FailureClass, RequestRecord};
 mod budgets;
 mod labels;
 mod reload;
+mod series;
 
 pub use budgets::{BudgetMetrics, SpendCard};
 pub use labels::{LabelNames, LabelValue, NO_ROUTE, OTHER};
 pub use reload::{ConfigStamp, ReloadMetrics};
+pub use series::SeriesCache;
+use series::{keyed, series};
 
 /// `switchyard_requests_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -293,31 +296,44 @@ impl Metrics {
         self.names.store(std::sync::Arc::new(names));
     }
 
-    /// Counts one finished request.
-    pub fn observe(&self, record: &RequestRecord) {
+    /// Counts one finished request, into the series `cache` holds handles on (the writer
+    /// keeps one across records).
+    pub fn observe(&self, record: &RequestRecord, cache: &mut SeriesCache) {
         let names = self.names.load();
+        let cache = cache.under(&names);
         let route = names.route(record.route.as_ref().map(|r| r.as_str()));
-        self.requests
-            .get_or_create(&RouteOutcome {
+        let outcome = record.outcome.as_str();
+        let by_route = cache.routes.entry(route.id()).or_default();
+        keyed(&mut by_route.requests, outcome, &self.requests, || {
+            RouteOutcome {
                 route: route.clone(),
-                outcome: record.outcome.as_str(),
-            })
-            .inc();
+                outcome,
+            }
+        })
+        .inc();
         for attempt in &record.attempts {
             let (provider, model) = (attempt.provider.as_str(), attempt.model.as_str());
-            self.attempts
-                .get_or_create(&AttemptLabels {
-                    provider: names.provider(provider),
-                    model: names.model(provider, model),
-                    result: attempt.failure.map(|f| f.kind()).unwrap_or("success"),
-                })
-                .inc();
+            let (provider, model) = (names.provider(provider), names.model(provider, model));
+            let result = attempt.failure.map(|f| f.kind()).unwrap_or("success");
+            let deployment = cache
+                .deployments
+                .entry((provider.id(), model.id()))
+                .or_default();
+            keyed(&mut deployment.attempts, result, &self.attempts, || {
+                AttemptLabels {
+                    provider: provider.clone(),
+                    model: model.clone(),
+                    result,
+                }
+            })
+            .inc();
+            // Rare: looked up in their families each time.
             if attempt.failure == Some(FailureClass::RetryBudgetExhausted) {
                 self.retry_budget_exhausted
                     .get_or_create(&RouteDeployment {
                         route: route.clone(),
-                        provider: names.provider(provider),
-                        model: names.model(provider, model),
+                        provider,
+                        model,
                     })
                     .inc();
             }
@@ -335,29 +351,38 @@ impl Metrics {
                     .inc();
             }
         }
-        let label = RouteLabel { route };
+        let label = || RouteLabel {
+            route: route.clone(),
+        };
         if record.hedge_refused {
-            self.hedges_refused.get_or_create(&label).inc();
+            self.hedges_refused.get_or_create(&label()).inc();
         }
-        self.duration
-            .get_or_create(&label)
-            .observe(record.latency.as_secs_f64());
-        self.overhead
-            .get_or_create(&label)
+        let by_route = cache.routes.entry(route.id()).or_default();
+        series(&mut by_route.duration, &self.duration, label).observe(record.latency.as_secs_f64());
+        series(&mut by_route.overhead, &self.overhead, label)
             .observe(record.overhead.as_secs_f64());
         if let Some(ttft) = record.ttft {
-            self.ttft.get_or_create(&label).observe(ttft.as_secs_f64());
+            series(&mut by_route.ttft, &self.ttft, label).observe(ttft.as_secs_f64());
         }
         if let (Some(provider), Some(model)) = (&record.provider, &record.model) {
-            let labels = self.deployment(provider.as_str(), model.as_str());
+            let (provider, model) = (provider.as_str(), model.as_str());
+            let (provider, model) = (names.provider(provider), names.model(provider, model));
+            let deployment = cache
+                .deployments
+                .entry((provider.id(), model.id()))
+                .or_default();
+            let labels = || ProviderModel {
+                provider: provider.clone(),
+                model: model.clone(),
+            };
             if let Some(tokens) = record.tokens_in {
-                self.tokens_in.get_or_create(&labels).inc_by(tokens);
+                series(&mut deployment.tokens_in, &self.tokens_in, labels).inc_by(tokens);
             }
             if let Some(tokens) = record.tokens_out {
-                self.tokens_out.get_or_create(&labels).inc_by(tokens);
+                series(&mut deployment.tokens_out, &self.tokens_out, labels).inc_by(tokens);
             }
             if let Some(cost) = record.cost_usd {
-                self.cost.get_or_create(&labels).inc_by(cost);
+                series(&mut deployment.cost, &self.cost, labels).inc_by(cost);
             }
         }
     }

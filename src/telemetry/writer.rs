@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::journal::Journal;
-use super::metrics::Metrics;
+use super::metrics::{Metrics, SeriesCache};
 use super::{Entry, RecentLog, RequestRecord, WriterState};
 use crate::config::{Config, Durability, ModelName, Price, ProviderId};
 use crate::store::request_log::{LogAttempt, LogRow, Pace};
@@ -47,6 +47,8 @@ pub(super) struct Writer {
     journal: Option<Journal>,
     log: Arc<RecentLog>,
     metrics: Arc<Metrics>,
+    /// Handles on the metric series records are counted into.
+    series: SeriesCache,
     state: Arc<WriterState>,
     /// Whether the store took the last write tried; while it refuses, batches go straight
     /// to the journal and the store is tried again at `next_try`.
@@ -81,6 +83,7 @@ impl Writer {
             journal,
             log,
             metrics,
+            series: SeriesCache::default(),
             state,
             store_ok: true,
             next_try: Instant::now(),
@@ -189,7 +192,7 @@ impl Writer {
     /// Prices the batch, counts it in the metrics and the ring; returns its rows and the
     /// acknowledgements its answers wait on.
     fn take(
-        &self,
+        &mut self,
         entries: &mut Vec<Entry>,
         pace: Pace,
     ) -> (Arc<[LogRow]>, Vec<super::guard::Ack>) {
@@ -199,7 +202,7 @@ impl Writer {
             pace.offer_core_at(index);
             record.cost_usd = self.cost(&record);
             rows.push(log_row(&record));
-            self.metrics.observe(&record);
+            self.metrics.observe(&record, &mut self.series);
             self.log.append(*record);
             acks.extend(ack);
         }

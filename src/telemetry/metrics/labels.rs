@@ -28,6 +28,12 @@ impl LabelValue {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Which label this is, among those one [`LabelNames`] hands out: each is one `Arc` it
+    /// holds, so equal labels from the same names share an address.
+    pub(super) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0).cast::<u8>() as usize
+    }
 }
 
 impl From<&str> for LabelValue {

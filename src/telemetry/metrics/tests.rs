@@ -104,18 +104,19 @@ proptest! {
             pairs.iter().map(|(p, m)| (p.as_str(), m.as_str())),
         );
         let metrics = Metrics::new(names);
+        let cache = &mut SeriesCache::default();
         let mut breakers = Vec::new();
         for (route, (provider, model)) in routes.iter().zip(pairs.iter().cycle()) {
-            metrics.observe(&record(Some(route), provider, model));
+            metrics.observe(&record(Some(route), provider, model), cache);
             breakers.push((provider.as_str(), model.as_str(), 0));
         }
         for (route, provider, model) in &hostile {
             // A client's route name, at a configured provider and at an unknown one.
-            metrics.observe(&record(Some(route), &pairs[0].0, model));
-            metrics.observe(&record(Some(&format!("{provider}/{model}")), provider, model));
+            metrics.observe(&record(Some(route), &pairs[0].0, model), cache);
+            metrics.observe(&record(Some(&format!("{provider}/{model}")), provider, model), cache);
             breakers.push((provider.as_str(), model.as_str(), 2));
         }
-        metrics.observe(&record(None, &pairs[0].0, &pairs[0].1));
+        metrics.observe(&record(None, &pairs[0].0, &pairs[0].1), cache);
         metrics.set_breakers(breakers);
 
         let series = series(&metrics.render())?;
@@ -145,6 +146,167 @@ proptest! {
             && l.get("provider") == Some(&provider) && l.get("model") == Some(&model)));
         let route_values: BTreeSet<_> = series.iter().filter_map(|(_, l)| l.get("route")).collect();
         prop_assert!(route_values.len() <= routes.len() + pairs.len() + 2);
+        // Handles are held per label, not per name a client sent.
+        // Routes: configured, direct `provider/model`, `other`, `-`; deployments: (providers
+        // and `other`) x (models and `other`).
+        let most = routes.len() + pairs.len() + 2 + (pairs.len() + 1) * (pairs.len() + 1);
+        prop_assert!(cache.held() <= most, "{} series cached, at most {most} labels", cache.held());
+    }
+}
+
+/// The names the series-cache test switches between: a reload adds `late` and drops `gone`.
+fn reloadable_names(reloaded: bool) -> LabelNames {
+    let routes = if reloaded {
+        ["smart", "late"]
+    } else {
+        ["smart", "gone"]
+    };
+    LabelNames::new(routes, [("openai", "gpt-4o"), ("groq", "llama")])
+}
+
+const OUTCOMES: [Outcome; 5] = [
+    Outcome::Success,
+    Outcome::Fallback,
+    Outcome::Degraded,
+    Outcome::Error,
+    Outcome::Rejected,
+];
+
+const FAILURES: [Option<FailureClass>; 6] = [
+    None,
+    Some(FailureClass::ServerError),
+    Some(FailureClass::RateLimited),
+    Some(FailureClass::Timeout),
+    Some(FailureClass::RetryBudgetExhausted),
+    Some(FailureClass::HedgeLost),
+];
+
+/// One step of the series-cache test: a record, or a reload of the names.
+#[derive(Clone, Debug)]
+enum Step {
+    Reload(bool),
+    Record {
+        route: Option<&'static str>,
+        outcome: usize,
+        /// `(provider, model, failure, hedge)`.
+        attempts: Vec<(&'static str, &'static str, usize, bool)>,
+        ttft: Option<u64>,
+        tokens: Option<(u64, u64)>,
+        cost: Option<f64>,
+        hedge_refused: bool,
+    },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let route = prop::option::of(prop::sample::select(vec![
+        "smart",
+        "late",
+        "gone",
+        "client-made",
+        "openai/gpt-4o",
+    ]));
+    let provider = prop::sample::select(vec!["openai", "groq", "stranger"]);
+    let model = prop::sample::select(vec!["gpt-4o", "llama", "made-up"]);
+    let attempt = (provider, model, 0..FAILURES.len(), any::<bool>());
+    let record = (
+        route,
+        0..OUTCOMES.len(),
+        prop::collection::vec(attempt, 0..3),
+        prop::option::of(1..5_000u64),
+        prop::option::of((0..100u64, 0..100u64)),
+        prop::option::of(0.0..1.0f64),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(route, outcome, attempts, ttft, tokens, cost, hedge_refused)| Step::Record {
+                route,
+                outcome,
+                attempts,
+                ttft,
+                tokens,
+                cost,
+                hedge_refused,
+            },
+        );
+    prop_oneof![1 => any::<bool>().prop_map(Step::Reload), 8 => record]
+}
+
+fn step_record(step: &Step) -> Option<RequestRecord> {
+    let Step::Record {
+        route,
+        outcome,
+        attempts,
+        ttft,
+        tokens,
+        cost,
+        hedge_refused,
+    } = step
+    else {
+        return None;
+    };
+    let attempts: Vec<AttemptRecord> = attempts
+        .iter()
+        .map(|&(provider, model, failure, hedge)| AttemptRecord {
+            step: 0,
+            provider: ProviderId(Arc::from(provider)),
+            model: ModelName(Arc::from(model)),
+            failure: FAILURES[failure],
+            status: Some(200),
+            latency: Duration::from_millis(3),
+            hedge,
+        })
+        .collect();
+    let served = attempts.last().filter(|a| a.failure.is_none());
+    Some(RequestRecord {
+        route: route.map(|r| RouteName(Arc::from(r))),
+        outcome: OUTCOMES[*outcome],
+        provider: served.map(|a| a.provider.clone()),
+        model: served.map(|a| a.model.clone()),
+        attempts,
+        latency: Duration::from_micros(1_000 + *outcome as u64 * 37),
+        overhead: Duration::from_micros(40),
+        ttft: ttft.map(Duration::from_micros),
+        tokens_in: tokens.map(|t| t.0),
+        tokens_out: tokens.map(|t| t.1),
+        cost_usd: *cost,
+        hedge_refused: *hedge_refused,
+        ..RequestRecord::new("id".into(), ttft.is_some())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Counting through the writer's cache of series handles renders what looking every
+    /// series up in its family does (a new cache a record), across reloads of the names.
+    #[test]
+    fn cached_series_handles_count_as_family_lookups_do(steps in prop::collection::vec(step(), 1..40)) {
+        let (cached, looked_up) = (Metrics::new(reloadable_names(false)), Metrics::new(reloadable_names(false)));
+        let mut cache = SeriesCache::default();
+        for step in &steps {
+            match step_record(step) {
+                Some(record) => {
+                    cached.observe(&record, &mut cache);
+                    looked_up.observe(&record, &mut SeriesCache::default());
+                }
+                None => {
+                    let Step::Reload(reloaded) = step else { unreachable!() };
+                    cached.set_names(reloadable_names(*reloaded));
+                    looked_up.set_names(reloadable_names(*reloaded));
+                }
+            }
+        }
+        // A family's series come out in its hash map's order, seeded per family: compare
+        // the lines, not their order.
+        let lines = |text: String| {
+            let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+            lines.sort();
+            lines
+        };
+        prop_assert_eq!(lines(cached.render()), lines(looked_up.render()));
+        // One handle set per label: three routes and `other` and `-`, (2 providers and
+        // `other`) x (2 models and `other`) deployments.
+        prop_assert!(cache.held() <= 5 + 9, "{} series cached", cache.held());
     }
 }
 
