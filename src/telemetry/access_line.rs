@@ -7,7 +7,7 @@
 //! holds it to the default format's output) and hands every other event, and every line
 //! in colour or inside a span, to the default format.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -81,14 +81,15 @@ where
         writer.write_char(' ')?;
         writer.write_str(level(meta.level()))?;
         writer.write_char(' ')?;
+        // The fields go into a buffer of their own and reach `writer` (a `dyn` writer) in
+        // one call: written to it piece by piece they cost ~370 instructions each.
         let mut fields = Fields {
-            writer: &mut writer,
+            line: String::with_capacity(LINE_CAPACITY),
             first: true,
-            result: Ok(()),
         };
         event.record(&mut fields);
-        fields.result?;
-        writer.write_char('\n')
+        fields.line.push('\n');
+        writer.write_str(&fields.line)
     }
 }
 
@@ -102,70 +103,76 @@ fn level(level: &Level) -> &'static str {
     }
 }
 
+/// Room for a typical access line's fields, so the buffer is allocated once.
+const LINE_CAPACITY: usize = 256;
+
 /// Writes `name=value` pairs as the default format's field visitor does: the message
 /// first and bare, strings quoted as `Debug` quotes them, the rest in `Debug`.
-struct Fields<'a, 'w> {
-    writer: &'a mut Writer<'w>,
+struct Fields {
+    line: String,
     first: bool,
-    result: fmt::Result,
 }
 
-impl Fields<'_, '_> {
+impl Fields {
     /// The separating space and the field's name, unless it is the message.
-    fn start(&mut self, field: &Field) -> fmt::Result {
+    fn start(&mut self, field: &Field) {
         if !std::mem::replace(&mut self.first, false) {
-            self.writer.write_char(' ')?;
+            self.line.push(' ');
         }
         if field.name() != "message" {
-            self.writer.write_str(field.name())?;
-            self.writer.write_char('=')?;
+            self.line.push_str(field.name());
+            self.line.push('=');
         }
-        Ok(())
     }
 
-    fn write(&mut self, field: &Field, value: impl FnOnce(&mut Writer<'_>) -> fmt::Result) {
-        if self.result.is_ok() {
-            self.result = self.start(field).and_then(|()| value(self.writer));
-        }
+    /// An integer, as `Debug` writes it.
+    fn integer(&mut self, field: &Field, value: impl itoa::Integer) {
+        self.start(field);
+        self.line.push_str(itoa::Buffer::new().format(value));
+    }
+
+    /// Anything else, through its `Debug`.
+    fn debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.start(field);
+        // Writing into a `String` cannot fail.
+        let _ = write!(self.line, "{value:?}");
     }
 }
 
-impl Visit for Fields<'_, '_> {
+impl Visit for Fields {
     fn record_str(&mut self, field: &Field, value: &str) {
-        let message = field.name() == "message";
-        self.write(field, |writer| {
-            if message {
-                writer.write_str(value)
-            } else if value
-                .bytes()
-                .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
-            {
-                // What `Debug` would write for it: nothing to escape, so no escaping pass.
-                writer.write_char('"')?;
-                writer.write_str(value)?;
-                writer.write_char('"')
-            } else {
-                write!(writer, "{value:?}")
-            }
-        });
+        if field.name() == "message" {
+            self.start(field);
+            self.line.push_str(value);
+        } else if value
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+        {
+            // What `Debug` would write for it: nothing to escape, so no escaping pass.
+            self.start(field);
+            self.line.push('"');
+            self.line.push_str(value);
+            self.line.push('"');
+        } else {
+            self.debug(field, &value);
+        }
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.write(field, |writer| {
-            writer.write_str(if value { "true" } else { "false" })
-        });
+        self.start(field);
+        self.line.push_str(if value { "true" } else { "false" });
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.write(field, |writer| write!(writer, "{value}"));
+        self.integer(field, value);
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.write(field, |writer| write!(writer, "{value}"));
+        self.integer(field, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.write(field, |writer| write!(writer, "{value:?}"));
+        self.debug(field, value);
     }
 }
 

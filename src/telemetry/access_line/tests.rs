@@ -63,15 +63,25 @@ fn both(emit: impl Fn()) -> (String, String) {
 }
 
 fn access(route: &str, error: &str, latency_ms: f64) {
+    access_with(route, error, latency_ms, (200, -1, 2));
+}
+
+/// The access line with its integers given: `(status, step, attempts)`.
+fn access_with(
+    route: &str,
+    error: &str,
+    latency_ms: f64,
+    (status, step, attempts): (u16, i64, usize),
+) {
     tracing::info!(
         target: "switchyard::requests",
         id = %"01a22e0d-5ded-706f-a7f1-f4a7ac0d963d",
         route,
         outcome = "error",
-        status = 200u16,
-        step = -1i64,
+        status,
+        step,
         provider = "slow",
-        attempts = 2usize,
+        attempts,
         latency_ms,
         stream = true,
         partial = false,
@@ -91,6 +101,22 @@ fn writes_what_the_default_format_writes() {
         let (default, ours) = both(|| access(route, error, latency));
         assert!(default.contains(" INFO request id="), "{default}");
         assert_eq!(ours, default);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any text, any number: the same bytes as the default format.
+    #[test]
+    fn writes_what_the_default_format_writes_for_any_values(
+        route in proptest::prelude::any::<String>(),
+        error in "[ -~\t\n\\\\\"é\u{7}]{0,12}",
+        latency in proptest::prelude::any::<f64>(),
+        integers in proptest::prelude::any::<(u16, i64, usize)>(),
+    ) {
+        let (default, ours) = both(|| access_with(&route, &error, latency, integers));
+        proptest::prop_assert_eq!(ours, default);
     }
 }
 
