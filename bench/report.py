@@ -277,7 +277,14 @@ def main():
         r = rows[("json 4k", 1)]
         floor = proxy("4k", 1, lambda p: f"{p['proxy_added_p50_us'] / 1e3:.3f} ms")
         check("added p50 at c=1, 4k", f"<= {ADDED_P50_US_C1 / 1e3:g} ms", f"{r['added_p50_us'] / 1e3:.3f} ms{floor}{hop_note}", r["added_p50_us"] <= ADDED_P50_US_C1)
-        check("added p99 at c=1, 4k", f"<= {ADDED_P99_US_C1 / 1e3:g} ms", f"{r['added_p99_us'] / 1e3:.3f} ms", r["added_p99_us"] <= ADDED_P99_US_C1)
+        added_p99 = r["added_p99_us"]
+        if added_p99 < 0:
+            # The direct run's tail was the longer one: a stall in that run, not a gateway
+            # that takes latency away. No figure, rather than a target met by noise.
+            direct_p99 = r["direct"]["p99_us"]
+            check("added p99 at c=1, 4k", f"<= {ADDED_P99_US_C1 / 1e3:g} ms", f"none: direct p99 {direct_p99 / 1e3:.3f} ms above the gateway's; run again", None)
+        else:
+            check("added p99 at c=1, 4k", f"<= {ADDED_P99_US_C1 / 1e3:g} ms", f"{added_p99 / 1e3:.3f} ms", added_p99 <= ADDED_P99_US_C1)
     if ("json 4k", 64) in rows:
         ratio = rows[("json 4k", 64)]["ratio"]
         floor = proxy("4k", 64, lambda p: f"{p['proxy_ratio']:.0%}")
@@ -295,7 +302,8 @@ def main():
         check("start to first answer", f"<= {STARTUP_MS:g} ms", f"{startup['median_ms']:.1f} ms", startup["median_ms"] <= STARTUP_MS)
     w("Targets (reported, not asserted):")
     for name, target, value, ok in checks:
-        w(f"  [{'MET   ' if ok else 'MISSED'}] {name:<30} target {target:<18} measured {value}")
+        status = "NOISY " if ok is None else "MET   " if ok else "MISSED"
+        w(f"  [{status}] {name:<30} target {target:<18} measured {value}")
     busy = [
         f"{s} {t} c={c} ({ph['other_cpus']:.2f} CPUs)"
         for (s, t, c), ph in phases.items()
