@@ -171,18 +171,6 @@ impl Visit for Fields {
         self.integer(field, value);
     }
 
-    fn record_f64(&mut self, field: &Field, value: f64) {
-        // `Debug` writes the shortest text that reads back as `value`, as zmij does, and
-        // in plain decimal between 1e-4 and 1e16, where zmij does too (at ~1/5 of the
-        // cost). Outside that range their notations differ: left to `Debug`.
-        if (1e-4..1e16).contains(&value.abs()) {
-            self.start(field);
-            self.line.push_str(zmij::Buffer::new().format_finite(value));
-        } else {
-            self.debug(field, &value);
-        }
-    }
-
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         self.debug(field, value);
     }
