@@ -185,16 +185,7 @@ const FAILURES: [Option<FailureClass>; 6] = [
 #[derive(Clone, Debug)]
 enum Step {
     Reload(bool),
-    Record {
-        route: Option<&'static str>,
-        outcome: usize,
-        /// `(provider, model, failure, hedge)`.
-        attempts: Vec<(&'static str, &'static str, usize, bool)>,
-        ttft: Option<u64>,
-        tokens: Option<(u64, u64)>,
-        cost: Option<f64>,
-        hedge_refused: bool,
-    },
+    Record(Box<RequestRecord>),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -207,7 +198,17 @@ fn step() -> impl Strategy<Value = Step> {
     ]));
     let provider = prop::sample::select(vec!["openai", "groq", "stranger"]);
     let model = prop::sample::select(vec!["gpt-4o", "llama", "made-up"]);
-    let attempt = (provider, model, 0..FAILURES.len(), any::<bool>());
+    let attempt = (provider, model, 0..FAILURES.len(), any::<bool>()).prop_map(
+        |(provider, model, failure, hedge)| AttemptRecord {
+            step: 0,
+            provider: ProviderId(Arc::from(provider)),
+            model: ModelName(Arc::from(model)),
+            failure: FAILURES[failure],
+            status: Some(200),
+            latency: Duration::from_millis(3),
+            hedge,
+        },
+    );
     let record = (
         route,
         0..OUTCOMES.len(),
@@ -218,60 +219,26 @@ fn step() -> impl Strategy<Value = Step> {
         any::<bool>(),
     )
         .prop_map(
-            |(route, outcome, attempts, ttft, tokens, cost, hedge_refused)| Step::Record {
-                route,
-                outcome,
-                attempts,
-                ttft,
-                tokens,
-                cost,
-                hedge_refused,
+            |(route, outcome, attempts, ttft, tokens, cost, hedge_refused)| {
+                let served = attempts.last().filter(|a| a.failure.is_none()).cloned();
+                Step::Record(Box::new(RequestRecord {
+                    route: route.map(|r| RouteName(Arc::from(r))),
+                    outcome: OUTCOMES[outcome],
+                    provider: served.as_ref().map(|a| a.provider.clone()),
+                    model: served.map(|a| a.model),
+                    attempts,
+                    latency: Duration::from_micros(1_000 + outcome as u64 * 37),
+                    overhead: Duration::from_micros(40),
+                    ttft: ttft.map(Duration::from_micros),
+                    tokens_in: tokens.map(|t| t.0),
+                    tokens_out: tokens.map(|t| t.1),
+                    cost_usd: cost,
+                    hedge_refused,
+                    ..RequestRecord::new("id".into(), ttft.is_some())
+                }))
             },
         );
     prop_oneof![1 => any::<bool>().prop_map(Step::Reload), 8 => record]
-}
-
-fn step_record(step: &Step) -> Option<RequestRecord> {
-    let Step::Record {
-        route,
-        outcome,
-        attempts,
-        ttft,
-        tokens,
-        cost,
-        hedge_refused,
-    } = step
-    else {
-        return None;
-    };
-    let attempts: Vec<AttemptRecord> = attempts
-        .iter()
-        .map(|&(provider, model, failure, hedge)| AttemptRecord {
-            step: 0,
-            provider: ProviderId(Arc::from(provider)),
-            model: ModelName(Arc::from(model)),
-            failure: FAILURES[failure],
-            status: Some(200),
-            latency: Duration::from_millis(3),
-            hedge,
-        })
-        .collect();
-    let served = attempts.last().filter(|a| a.failure.is_none());
-    Some(RequestRecord {
-        route: route.map(|r| RouteName(Arc::from(r))),
-        outcome: OUTCOMES[*outcome],
-        provider: served.map(|a| a.provider.clone()),
-        model: served.map(|a| a.model.clone()),
-        attempts,
-        latency: Duration::from_micros(1_000 + *outcome as u64 * 37),
-        overhead: Duration::from_micros(40),
-        ttft: ttft.map(Duration::from_micros),
-        tokens_in: tokens.map(|t| t.0),
-        tokens_out: tokens.map(|t| t.1),
-        cost_usd: *cost,
-        hedge_refused: *hedge_refused,
-        ..RequestRecord::new("id".into(), ttft.is_some())
-    })
 }
 
 proptest! {
@@ -284,13 +251,12 @@ proptest! {
         let (cached, looked_up) = (Metrics::new(reloadable_names(false)), Metrics::new(reloadable_names(false)));
         let mut cache = SeriesCache::default();
         for step in &steps {
-            match step_record(step) {
-                Some(record) => {
-                    cached.observe(&record, &mut cache);
-                    looked_up.observe(&record, &mut SeriesCache::default());
+            match step {
+                Step::Record(record) => {
+                    cached.observe(record, &mut cache);
+                    looked_up.observe(record, &mut SeriesCache::default());
                 }
-                None => {
-                    let Step::Reload(reloaded) = step else { unreachable!() };
+                Step::Reload(reloaded) => {
                     cached.set_names(reloadable_names(*reloaded));
                     looked_up.set_names(reloadable_names(*reloaded));
                 }
