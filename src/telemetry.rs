@@ -404,7 +404,7 @@ impl RecentLog {
         self.rows.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn append(&self, record: RequestRecord) {
+    fn append(&self, record: &RequestRecord) {
         // The target is `access_line::TARGET`, which the text format writes directly.
         tracing::info!(
             target: "switchyard::requests",
@@ -428,7 +428,7 @@ impl RecentLog {
         if rows.len() == RECENT_ROWS {
             rows.pop_front();
         }
-        rows.push_back(record);
+        rows.push_back(record.clone());
     }
 }
 
@@ -622,7 +622,7 @@ mod tests {
     #[tokio::test]
     async fn the_writer_purges_rows_past_retention() {
         let store = Store::open("sqlite::memory:").await.unwrap();
-        let old = log_row(&RequestRecord {
+        let old = log_row(RequestRecord {
             started_at: SystemTime::now() - Duration::from_secs(2 * 24 * 3600),
             ..RequestRecord::new("old".into(), false)
         });

@@ -201,9 +201,10 @@ impl Writer {
         for (index, Entry { mut record, ack }) in entries.drain(..).enumerate() {
             pace.offer_core_at(index);
             record.cost_usd = self.cost(&record);
-            rows.push(log_row(&record));
             self.metrics.observe(&record, &mut self.series);
-            self.log.append(*record);
+            self.log.append(&record);
+            // Last: the row takes the record's own strings rather than copies.
+            rows.push(log_row(*record));
             acks.extend(ack);
         }
         (rows.into(), acks)
@@ -420,19 +421,17 @@ fn note_spill(state: &WriterState, metrics: &Metrics, bytes: u64) {
     metrics.log_spill_bytes.set(bytes as i64);
 }
 
-/// The stored form of a record. (Names are copied by `as_str`: through `Display`, as
-/// `to_string` copies them, each cost a formatter's round trip.)
-pub fn log_row(record: &RequestRecord) -> LogRow {
+/// The stored form of a record, which it takes apart: its own strings move into the row.
+/// (Names are copied by `as_str`: through `Display`, as `to_string` copies them, each cost
+/// a formatter's round trip.)
+pub fn log_row(record: RequestRecord) -> LogRow {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     LogRow {
-        id: record.id.clone(),
         time_ms: record
             .started_at
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0),
-        key_id: record.key_id.clone(),
-        user: record.user.clone(),
         route: record.route.as_ref().map(|r| r.as_str().to_owned()),
         outcome: record.outcome.as_str().to_owned(),
         step: record.step,
@@ -461,13 +460,87 @@ pub fn log_row(record: &RequestRecord) -> LogRow {
         cost_usd: record.cost_usd,
         stream: record.stream,
         partial: record.partial,
-        error: record.error.clone(),
+        id: record.id,
+        key_id: record.key_id,
+        user: record.user,
+        error: record.error,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::{AttemptRecord, FailureClass, Outcome};
+
+    #[test]
+    fn a_row_holds_what_its_record_said() {
+        let started_at = UNIX_EPOCH + Duration::from_millis(1_764_000_000_123);
+        let attempt = AttemptRecord {
+            step: 1,
+            provider: ProviderId(Arc::from("groq")),
+            model: ModelName(Arc::from("llama")),
+            failure: Some(FailureClass::Timeout),
+            status: None,
+            latency: Duration::from_micros(2_500),
+            hedge: true,
+        };
+        let record = RequestRecord {
+            started_at,
+            key_id: Some("key-1".into()),
+            user: Some("ada".into()),
+            route: Some(crate::config::RouteName(Arc::from("smart"))),
+            outcome: Outcome::Fallback,
+            step: Some(1),
+            provider: Some(ProviderId(Arc::from("openai"))),
+            model: Some(ModelName(Arc::from("gpt-4o"))),
+            attempts: vec![attempt],
+            status: 200,
+            latency: Duration::from_millis(12),
+            ttft: Some(Duration::from_millis(3)),
+            overhead: Duration::from_micros(250),
+            tokens_in: Some(7),
+            tokens_out: Some(9),
+            cost_usd: Some(0.25),
+            partial: true,
+            error: Some("upstream_timeout".into()),
+            ..RequestRecord::new("req-1".into(), true)
+        };
+        let row = log_row(record);
+        assert_eq!(
+            row,
+            LogRow {
+                id: "req-1".into(),
+                time_ms: 1_764_000_000_123,
+                key_id: Some("key-1".into()),
+                user: Some("ada".into()),
+                route: Some("smart".into()),
+                outcome: "fallback".into(),
+                step: Some(1),
+                provider: Some("openai".into()),
+                model: Some("gpt-4o".into()),
+                attempts: vec![LogAttempt {
+                    step: 1,
+                    provider: "groq".into(),
+                    model: "llama".into(),
+                    failure: Some("timeout".into()),
+                    status: None,
+                    latency_ms: 2.5,
+                    reached_upstream: true,
+                    hedge: true,
+                }],
+                status: 200,
+                latency_ms: 12.0,
+                ttft_ms: Some(3.0),
+                overhead_ms: 0.25,
+                tokens_in: Some(7),
+                tokens_out: Some(9),
+                cost_usd: Some(0.25),
+                stream: true,
+                partial: true,
+                error: Some("upstream_timeout".into()),
+            }
+        );
+    }
 
     fn entry(id: usize) -> Entry {
         Entry {
