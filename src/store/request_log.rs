@@ -1,7 +1,11 @@
 //! The request log as stored: one [`LogRow`] per request, with its attempts.
 //!
 //! Plain strings and numbers, so the store needs nothing from the router, and the CLI and the
-//! scorecard read rows without a running gateway.
+//! scorecard read rows without a running gateway. Route, provider and model names are
+//! `Arc<str>`, as the config holds them: the writer shares them rather than copying each
+//! into every row.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -9,8 +13,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LogAttempt {
     pub step: usize,
-    pub provider: String,
-    pub model: String,
+    pub provider: Arc<str>,
+    pub model: Arc<str>,
     /// The failure class (`server_error`, `timeout`, `circuit_open`…); `None` when it served.
     pub failure: Option<String>,
     pub status: Option<u16>,
@@ -31,12 +35,12 @@ pub struct LogRow {
     pub time_ms: i64,
     pub key_id: Option<String>,
     pub user: Option<String>,
-    pub route: Option<String>,
+    pub route: Option<Arc<str>>,
     /// `success`, `fallback`, `degraded`, `error` or `rejected`.
     pub outcome: String,
     pub step: Option<usize>,
-    pub provider: Option<String>,
-    pub model: Option<String>,
+    pub provider: Option<Arc<str>>,
+    pub model: Option<Arc<str>>,
     pub attempts: Vec<LogAttempt>,
     pub status: u16,
     pub latency_ms: f64,

@@ -359,8 +359,8 @@ impl Rollups {
             .enumerate()
             .filter(|(_, a)| a.reached_upstream)
         {
-            let (provider, model) = (attempt.provider.as_str(), attempt.model.as_str());
-            let same = |a: &&LogAttempt| a.provider == provider && a.model == model;
+            let (provider, model) = (&*attempt.provider, &*attempt.model);
+            let same = |a: &&LogAttempt| &*a.provider == provider && &*a.model == model;
             // Each deployment once a request, at its first attempt.
             if row.attempts[..index]
                 .iter()
@@ -493,9 +493,12 @@ mod tests {
         let mut map: std::collections::HashMap<(Series, i64), RollupData> = Default::default();
         for row in rows {
             let minute_ms = row.time_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-            for series in [Some(Series::Overall), row.route.clone().map(Series::Route)]
-                .into_iter()
-                .flatten()
+            for series in [
+                Some(Series::Overall),
+                row.route.as_deref().map(|r| Series::Route(r.to_owned())),
+            ]
+            .into_iter()
+            .flatten()
             {
                 let data = map.entry((series, minute_ms)).or_default();
                 data.counts.outcome(&row.outcome, row.status);
@@ -504,7 +507,7 @@ mod tests {
             }
             let mut reached: Vec<(&str, &str)> = Vec::new();
             for attempt in row.attempts.iter().filter(|a| a.reached_upstream) {
-                let key = (attempt.provider.as_str(), attempt.model.as_str());
+                let key = (&*attempt.provider, &*attempt.model);
                 if !reached.contains(&key) {
                     reached.push(key);
                 }
@@ -524,11 +527,9 @@ mod tests {
                 };
                 let data = map.entry((series, minute_ms)).or_default();
                 data.counts.outcome(outcome, row.status);
-                for attempt in row
-                    .attempts
-                    .iter()
-                    .filter(|a| a.reached_upstream && a.provider == provider && a.model == model)
-                {
+                for attempt in row.attempts.iter().filter(|a| {
+                    a.reached_upstream && &*a.provider == provider && &*a.model == model
+                }) {
                     data.counts.attempts += 1;
                     data.latency.add(attempt.latency_ms);
                 }

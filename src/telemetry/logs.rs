@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::store::request_log::{LogQuery, LogRow};
@@ -198,18 +199,20 @@ pub fn table(rows: &[LogRow], names: &KeyNames) -> String {
 fn printable_row(row: &LogRow) -> LogRow {
     let text = |s: &String| printable(s).into_owned();
     let optional = |s: &Option<String>| s.as_ref().map(text);
+    let name = |s: &Arc<str>| Arc::from(printable(s));
+    let optional_name = |s: &Option<Arc<str>>| s.as_ref().map(name);
     let mut row = row.clone();
     row.id = text(&row.id);
     row.outcome = text(&row.outcome);
-    row.route = optional(&row.route);
+    row.route = optional_name(&row.route);
     row.user = optional(&row.user);
     row.key_id = optional(&row.key_id);
-    row.provider = optional(&row.provider);
-    row.model = optional(&row.model);
+    row.provider = optional_name(&row.provider);
+    row.model = optional_name(&row.model);
     row.error = optional(&row.error);
     for attempt in &mut row.attempts {
-        attempt.provider = text(&attempt.provider);
-        attempt.model = text(&attempt.model);
+        attempt.provider = name(&attempt.provider);
+        attempt.model = name(&attempt.model);
         attempt.failure = optional(&attempt.failure);
     }
     row

@@ -421,9 +421,8 @@ fn note_spill(state: &WriterState, metrics: &Metrics, bytes: u64) {
     metrics.log_spill_bytes.set(bytes as i64);
 }
 
-/// The stored form of a record, which it takes apart: its own strings move into the row.
-/// (Names are copied by `as_str`: through `Display`, as `to_string` copies them, each cost
-/// a formatter's round trip.)
+/// The stored form of a record, which it takes apart: its own strings move into the row, and
+/// the names are the config's `Arc`s, shared.
 pub fn log_row(record: RequestRecord) -> LogRow {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     LogRow {
@@ -432,18 +431,18 @@ pub fn log_row(record: RequestRecord) -> LogRow {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)
             .unwrap_or(0),
-        route: record.route.as_ref().map(|r| r.as_str().to_owned()),
+        route: record.route.map(|r| r.0),
         outcome: record.outcome.as_str().to_owned(),
         step: record.step,
-        provider: record.provider.as_ref().map(|p| p.as_str().to_owned()),
-        model: record.model.as_ref().map(|m| m.as_str().to_owned()),
+        provider: record.provider.map(|p| p.0),
+        model: record.model.map(|m| m.0),
         attempts: record
             .attempts
             .iter()
             .map(|a| LogAttempt {
                 step: a.step,
-                provider: a.provider.as_str().to_owned(),
-                model: a.model.as_str().to_owned(),
+                provider: a.provider.0.clone(),
+                model: a.model.0.clone(),
                 failure: a.failure.map(|f| f.kind().to_owned()),
                 status: a.status,
                 latency_ms: ms(a.latency),

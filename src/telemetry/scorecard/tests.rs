@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 use crate::store::request_log::{LogAttempt, LogRow};
 use crate::store::rollup::Rollups;
@@ -57,8 +59,8 @@ fn row(age_ms: i64, outcome: &str, latency_ms: f64) -> LogRow {
         route: Some("r".into()),
         outcome: outcome.into(),
         step: None,
-        provider: served.map(str::to_owned),
-        model: served.map(|_| "m".to_owned()),
+        provider: served.map(Arc::from),
+        model: served.map(|_| Arc::from("m")),
         attempts,
         status: 200,
         latency_ms,
