@@ -75,37 +75,50 @@ pub(super) struct DeploymentSeries {
     pub cost: Option<Counter<f64, AtomicU64>>,
 }
 
-/// The handle in `slot`, taken from `family` the first time.
-pub(super) fn series<'a, S, M, C>(
-    slot: &'a mut Option<M>,
-    family: &Family<S, M, C>,
-    labels: impl FnOnce() -> S,
-) -> &'a M
+/// A family that hands out its series' handles: `get_or_create`, and a clone of the handle
+/// (which shares the series) to keep.
+pub(super) trait Handles {
+    type Labels;
+    type Metric: Clone;
+
+    fn handle(&self, labels: &Self::Labels) -> Self::Metric;
+}
+
+impl<S, M, C> Handles for Family<S, M, C>
 where
     S: Clone + Hash + Eq,
     M: Clone,
     C: MetricConstructor<M>,
 {
-    slot.get_or_insert_with(|| family.get_or_create(&labels()).clone())
+    type Labels = S;
+    type Metric = M;
+
+    fn handle(&self, labels: &S) -> M {
+        self.get_or_create(labels).clone()
+    }
+}
+
+/// The handle in `slot`, taken from `family` the first time.
+pub(super) fn series<'a, F: Handles>(
+    slot: &'a mut Option<F::Metric>,
+    family: &F,
+    labels: impl FnOnce() -> F::Labels,
+) -> &'a F::Metric {
+    slot.get_or_insert_with(|| family.handle(&labels()))
 }
 
 /// The handle for `key` among `slots` (a handful: outcomes, or attempt results), taken from
 /// `family` the first time.
-pub(super) fn keyed<'a, S, M, C>(
-    slots: &'a mut Vec<(&'static str, M)>,
+pub(super) fn keyed<'a, F: Handles>(
+    slots: &'a mut Vec<(&'static str, F::Metric)>,
     key: &'static str,
-    family: &Family<S, M, C>,
-    labels: impl FnOnce() -> S,
-) -> &'a M
-where
-    S: Clone + Hash + Eq,
-    M: Clone,
-    C: MetricConstructor<M>,
-{
+    family: &F,
+    labels: impl FnOnce() -> F::Labels,
+) -> &'a F::Metric {
     let at = match slots.iter().position(|(k, _)| *k == key) {
         Some(at) => at,
         None => {
-            slots.push((key, family.get_or_create(&labels()).clone()));
+            slots.push((key, family.handle(&labels())));
             slots.len() - 1
         }
     };
