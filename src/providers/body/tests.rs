@@ -279,6 +279,31 @@ proptest::proptest! {
         assert_both_read(text.as_bytes());
         assert_both_read(pieces.concat().as_bytes());
     }
+
+    /// Strings long enough to span blocks, with runs of backslashes wherever the blocks cut
+    /// them, read the same both ways; without a flaw, by the fast check itself.
+    #[test]
+    fn escapes_across_blocks_read_the_same_both_ways(
+        offset in 0usize..64,
+        pieces in proptest::collection::vec(proptest::sample::select(vec![
+            "\\\\", "\\\\\\\\", "\\\"", "\\n", "\\u00e9", "\\ud83d\\ude00", "\\/",
+            "\\\\\\\"", "plain text of a message, ", "é",
+        ]), 0..60),
+        flaw in proptest::option::of((
+            proptest::sample::select(vec!["\\", "\\x", "\"", "\n", "\\u12", "\\\u{1}"]),
+            0usize..60,
+        )),
+    ) {
+        let mut pieces = pieces;
+        if let Some((flaw, at)) = flaw {
+            pieces.insert(at.min(pieces.len()), flaw);
+        }
+        let text = format!("{{\"pad\":\"{}\",\"m\":\"{}\"}}", "p".repeat(offset), pieces.concat());
+        assert_both_read(text.as_bytes());
+        if flaw.is_none() {
+            proptest::prop_assert!(scan::top_level_fields(&text).is_some(), "{}", text);
+        }
+    }
 }
 
 /// The search for lone surrogates before it looked for surrogates only: it visited every
