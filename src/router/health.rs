@@ -537,20 +537,23 @@ fn eligibility(
         let Some(provider) = config.provider(&deployment.provider) else {
             continue;
         };
-        let candidates: Vec<Option<Arc<str>>> = if provider.key_required {
+        // A provider without keys has one breaker to ask: asked directly, not through a
+        // one-element `Vec` (an allocation on every request).
+        let usable = provider.key_required.then(|| {
             let usable = keys.usable(&provider.id, &tried.keys_of(&provider.id));
-            usable.into_iter().map(Some).collect()
-        } else {
-            vec![None]
-        };
-        if candidates.is_empty() {
-            skip.note(FailureClass::NoKey, i);
-        }
-        for key in candidates {
-            match table.check(&DeploymentId::new(deployment, key), now) {
+            if usable.is_empty() {
+                skip.note(FailureClass::NoKey, i);
+            }
+            usable
+        });
+        let mut check =
+            |key: Option<Arc<str>>| match table.check(&DeploymentId::new(deployment, key), now) {
                 Ok(()) => eligible[i] = true,
                 Err(refusal) => skip.note(refusal.class(), i),
-            }
+            };
+        match usable {
+            None => check(None),
+            Some(usable) => usable.into_iter().for_each(|key| check(Some(key))),
         }
     }
     (eligible, skip)
@@ -580,10 +583,13 @@ fn pick(
     eligible: &[bool],
     now: Instant,
 ) -> Option<usize> {
-    let eligible_indices: Vec<usize> = (0..eligible.len()).filter(|i| eligible[*i]).collect();
-    if eligible_indices.len() <= 1 {
-        return eligible_indices.first().copied();
+    // One eligible deployment (every single-deployment step) is the pick: found without
+    // collecting the indices, an allocation on every request.
+    let mut indices = (0..eligible.len()).filter(|i| eligible[*i]);
+    if let (first, None) = (indices.next(), indices.clone().next()) {
+        return first;
     }
+    let eligible_indices: Vec<usize> = (0..eligible.len()).filter(|i| eligible[*i]).collect();
     match step.balance {
         Balance::Latency => {
             let estimates: Vec<Option<Duration>> = eligible_indices
