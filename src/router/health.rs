@@ -18,7 +18,6 @@ use super::classify::FailureClass;
 use super::hedge::HedgeBudgets;
 use super::retry::MAX_RETRY_AFTER;
 use super::retry_budget::RetryBudgets;
-use crate::cluster::Link;
 use crate::config::{
     Balance, BreakerConfig, Config, Deployment, ModelName, ProviderId, Route, RouteName, Step,
 };
@@ -624,10 +623,12 @@ fn pick(
 }
 
 pub mod commit_times;
+pub mod link;
 mod shared;
 mod verdict;
 
 use commit_times::CommitTimeTable;
+use link::Link;
 
 pub use shared::{HeldLease, SharedState};
 pub use verdict::{Deferred, PendingVerdict};

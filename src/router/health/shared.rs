@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::link::Link;
 use super::{DeploymentId, Health, Table};
-use crate::cluster::Link;
 use crate::config::BreakerConfig;
 use crate::router::breaker::{Breaker, Gate};
 
