@@ -17,6 +17,7 @@ mod header_values;
 mod listener;
 mod messages;
 mod models;
+mod preflight;
 mod readiness;
 pub mod reload;
 mod responses;
@@ -29,6 +30,7 @@ mod watch;
 
 pub use admission::FORCE_FALLBACK;
 pub use error::ApiError;
+pub use preflight::{preflight, store_path_problem};
 
 use std::future::Future;
 use std::net::SocketAddr;

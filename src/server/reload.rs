@@ -1,7 +1,7 @@
 //! Live config reload: `SIGHUP` and `POST /admin/reload` read the config file again.
 //!
 //! The file is validated exactly as `switchyard check` and `serve` validate it
-//! ([`crate::check::preflight`]); a file with any error changes nothing. A valid one is
+//! ([`super::preflight`]); a file with any error changes nothing. A valid one is
 //! swapped in whole with one atomic store: a request takes the [`Live`] config once, when it
 //! begins, and keeps it to its end, so requests in flight finish on the config they started
 //! with and the next one takes the new config. What lives outside [`Live`] is kept: every
@@ -136,7 +136,7 @@ impl Shared {
         // Reading files (the config, the token file) blocks; keep it off the runtime.
         let loaded = tokio::task::spawn_blocking(move || {
             let config = Config::load(&path)?;
-            crate::check::preflight(&config).map_err(ConfigError::Invalid)?;
+            super::preflight(&config).map_err(ConfigError::Invalid)?;
             Ok::<Config, ConfigError>(config)
         })
         .await
