@@ -303,6 +303,7 @@ impl Metrics {
         let cache = cache.under(&names);
         let route = names.route(record.route.as_ref().map(|r| r.as_str()));
         let outcome = record.outcome.as_str();
+        // Found once: the attempts below borrow only `cache.deployments`.
         let by_route = cache.routes.entry(route.id()).or_default();
         keyed(&mut by_route.requests, outcome, &self.requests, || {
             RouteOutcome {
@@ -357,7 +358,6 @@ impl Metrics {
         if record.hedge_refused {
             self.hedges_refused.get_or_create(&label()).inc();
         }
-        let by_route = cache.routes.entry(route.id()).or_default();
         series(&mut by_route.duration, &self.duration, label).observe(record.latency.as_secs_f64());
         series(&mut by_route.overhead, &self.overhead, label)
             .observe(record.overhead.as_secs_f64());
