@@ -7,9 +7,9 @@ use std::time::Duration;
 /// How far back a deployment's requests and retries are counted.
 pub const WINDOW: Duration = Duration::from_secs(10);
 
-/// Envoy's retry budget, per deployment: its retries over the last [`WINDOW`] may be at most
-/// `percent` % of its requests over the same window, or `min_per_second` × the window's
-/// seconds, whichever is more. `percent = 100` turns the budget off.
+/// Envoy's retry budget, per deployment: its retries in place over the last [`WINDOW`] may be
+/// at most `percent` % of its requests over the same window, or `min_per_second` × the
+/// window's seconds, whichever is more. `percent = 100` turns the budget off.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RetryBudget {
     percent: f64,
@@ -22,7 +22,7 @@ pub enum RetryBudgetError {
     #[error("must be a number from 0 to 100")]
     PercentOutOfRange,
     #[error(
-        "0 with min_retries_per_second = 0 would refuse every retry and fallback; \
+        "0 with min_retries_per_second = 0 would refuse every retry in place; \
          set budget_percent = 100 to turn the budget off"
     )]
     NoRetriesAtAll,

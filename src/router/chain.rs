@@ -212,13 +212,24 @@ pub async fn run_chain<A: Attempter>(
                     continue 'steps;
                 }
             };
-            // Any attempt after the request's first is a retry, which the budget of the
-            // deployment whose failure it follows may refuse; then the request ends here.
-            let attempts = &mut walk.run.attempts;
-            if retry_budget::refuses_retry(health, &retry.budget, attempts, now, Spend::Charge) {
-                break 'steps;
-            }
+            // Going back to the deployment that just failed is a retry in place, which its
+            // retry budget may refuse; then the step's other deployments, and the next
+            // steps, are still tried.
             let chosen = permit.deployment;
+            let next = &step.deployments[chosen];
+            let attempts = &mut walk.run.attempts;
+            let budget = &retry.budget;
+            if retry_budget::refuses_retry_in_place(
+                health,
+                budget,
+                attempts,
+                next,
+                now,
+                Spend::Charge,
+            ) {
+                tried.endpoints.push(chosen);
+                continue;
+            }
             step_attempts += 1;
             let failed =
                 if let Some(hedge) = hedge::hedges_here(walk.inputs.route, index, step_attempts) {
@@ -269,16 +280,20 @@ pub async fn run_chain<A: Attempter>(
                     ) else {
                         continue 'steps;
                     };
-                    // A retry the budget would refuse is not waited for.
+                    // A retry in place the budget would refuse is not waited for: the
+                    // chain moves on at once.
+                    let failed_deployment = &step.deployments[chosen];
                     let attempts = &mut walk.run.attempts;
-                    if retry_budget::refuses_retry(
+                    if retry_budget::refuses_retry_in_place(
                         health,
                         &retry.budget,
                         attempts,
+                        failed_deployment,
                         now,
                         Spend::Peek,
                     ) {
-                        break 'steps;
+                        tried.endpoints.push(chosen);
+                        continue;
                     }
                     tokio::time::sleep(wait).await;
                     walk.run.upstream_time += wait;

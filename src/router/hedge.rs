@@ -47,8 +47,6 @@ pub(super) enum HedgeRefusal {
     Budget,
     /// The request's attempt budget (`max_attempts`) or its deadline leaves no room.
     NoRoom,
-    /// The raced deployment's retry budget is spent: a hedge is a retry of its attempt.
-    RetryBudget,
 }
 
 /// The route's hedge, when this attempt (step 0's first) may race one.
@@ -182,8 +180,7 @@ impl<'a, T> Walk<'a, T> {
                     let Some((index, step, permit)) = self.hedge_target(last_step) else {
                         continue;
                     };
-                    let raced = primary;
-                    if let Err(refusal) = self.may_hedge(raced, &permit, running.len()) {
+                    if let Err(refusal) = self.may_hedge(running.len()) {
                         self.run.hedge_refused |= refusal == HedgeRefusal::Budget;
                         continue;
                     }
@@ -268,18 +265,13 @@ impl<'a, T> Walk<'a, T> {
             })
     }
 
-    /// May I hedge? Asked once a hedge is due, with the step-0 deployment it would race and
-    /// how many attempts are in flight. Refused when the request's attempt budget or deadline
-    /// has no room for one more attempt, when the raced deployment's retry budget is spent
-    /// (a hedge is one more upstream attempt of the request, as a retry is), or when the
-    /// route's hedge budget is. The spend reservation already holds a share for every racer
-    /// a route may start (see `budgets`). Every check a hedge must pass belongs here.
-    pub(super) fn may_hedge(
-        &mut self,
-        raced: &Deployment,
-        _target: &Permit<'_>,
-        in_flight: usize,
-    ) -> Result<(), HedgeRefusal> {
+    /// May I hedge? Asked once a hedge is due, with how many attempts are in flight. Refused
+    /// when the request's attempt budget or deadline has no room for one more attempt, or
+    /// when the route's hedge budget is spent. A hedge goes to another step's deployment, so
+    /// the retry budget, which governs retries in place only, never refuses it. The spend
+    /// reservation already holds a share for every racer a route may start (see `budgets`).
+    /// Every check a hedge must pass belongs here.
+    pub(super) fn may_hedge(&mut self, in_flight: usize) -> Result<(), HedgeRefusal> {
         let inputs = &self.inputs;
         let now = Instant::now();
         let in_flight = u32::try_from(in_flight).unwrap_or(u32::MAX);
@@ -289,12 +281,6 @@ impl<'a, T> Walk<'a, T> {
         {
             return Err(HedgeRefusal::NoRoom);
         }
-        let (provider, model) = (&raced.provider, &raced.model);
-        let retries = inputs.health.retry_budgets();
-        // Asked before the hedge budget is spent, and counted only once that allows it.
-        if !retries.would_allow(provider, model, &retry.budget, now) {
-            return Err(HedgeRefusal::RetryBudget);
-        }
         let percent = retry.hedge_budget_percent;
         if !inputs
             .health
@@ -303,7 +289,6 @@ impl<'a, T> Walk<'a, T> {
         {
             return Err(HedgeRefusal::Budget);
         }
-        retries.try_retry(provider, model, &retry.budget, now);
         Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! The retry budget's counts (Envoy's, per deployment): for each provider and model, the
-//! upstream attempts that reached it and the retries its failures caused, over the last
-//! [`WINDOW`] in one-second buckets. The policy ([`RetryBudget`]) comes from the request's
-//! config, so a reload changes it at once and keeps every count.
+//! upstream attempts that reached it and the retries in place its failures caused, over the
+//! last [`WINDOW`] in one-second buckets. The policy ([`RetryBudget`]) comes from the
+//! request's config, so a reload changes it at once and keeps every count.
 //!
-//! A retry is any upstream attempt of a request after its first: the same step again, another
-//! key or deployment of the step, or the next step. It is charged to the deployment whose
-//! failure it follows. Skipped steps (an open breaker, a benched key) never reach upstream,
-//! so they are neither requests nor retries. The counts are this instance's own.
+//! The budget governs retries **in place** only: an attempt that goes to the same deployment
+//! (provider and model, with any of its keys) as the request's last upstream attempt. Those
+//! are what multiply the load on a provider that is failing. Moving on to another deployment
+//! adds nothing to the failing one, so it is never counted or refused here: the chain's
+//! length, `max_attempts`, the deadline and the target's own breaker bound it. Skipped steps
+//! (an open breaker, a benched key) never reach upstream, so they are neither requests nor
+//! retries. The counts are this instance's own.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -16,7 +19,7 @@ use tokio::time::Instant;
 use super::classify::FailureClass;
 use super::health::Health;
 use crate::config::retry_budget::{RetryBudget, WINDOW};
-use crate::config::{ModelName, ProviderId};
+use crate::config::{Deployment, ModelName, ProviderId};
 use crate::telemetry::AttemptRecord;
 
 /// One bucket per second of the window.
@@ -190,20 +193,24 @@ pub enum Spend {
     Peek,
 }
 
-/// Whether the budget refuses the chain's next upstream attempt. Only a retry can be refused:
-/// the first attempt of a request always goes. A refusal is recorded in `attempts`, named
-/// after the deployment whose failure (and budget) it was; the chain then ends with the
-/// answer it has.
-pub fn refuses_retry(
+/// Whether the budget refuses the chain's next upstream attempt, which goes to `next`. Only a
+/// retry in place can be refused: the request's first attempt, and a move to any other
+/// deployment, always go. A refusal is recorded in `attempts`, named after the deployment
+/// whose failures (and budget) it was; the chain then moves on without it.
+pub fn refuses_retry_in_place(
     health: &Health,
     budget: &RetryBudget,
     attempts: &mut Vec<AttemptRecord>,
+    next: &Deployment,
     now: Instant,
     spend: Spend,
 ) -> bool {
     let Some(failed) = attempts.iter().rev().find(|a| a.reached_upstream()) else {
         return false;
     };
+    if failed.provider != next.provider || failed.model != next.model {
+        return false;
+    }
     let (provider, model) = (&failed.provider, &failed.model);
     let budgets = health.retry_budgets();
     let allowed = match spend {
@@ -226,10 +233,13 @@ pub fn refuses_retry(
     true
 }
 
-/// Whether the budget ended the chain: its last record is a refused retry.
+/// Whether the budget had the last word: after a refused retry in place, no other attempt
+/// went upstream, so the client's answer is the refusal's.
 pub fn ended_by_refusal(attempts: &[AttemptRecord]) -> bool {
     attempts
-        .last()
+        .iter()
+        .rev()
+        .find(|a| a.reached_upstream() || a.failure == Some(FailureClass::RetryBudgetExhausted))
         .is_some_and(|a| a.failure == Some(FailureClass::RetryBudgetExhausted))
 }
 

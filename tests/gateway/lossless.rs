@@ -70,8 +70,8 @@ async fn a_thousand_mixed_requests_are_exactly_a_thousand_rows() {
         .await
         .unwrap();
     // The bad keys all come from one address: an allowance above their count keeps a row each.
-    // `bad` fails every request, so the retry budget (20 %) would refuse most fallbacks from
-    // it; this test counts rows, so the budget is off (`retry_budget.rs` tests the budget).
+    // `bad` fails every request; this test counts rows, so the retry budget is off
+    // (`retry_budget.rs` tests the budget).
     let config = format!(
         "[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 1000\n\
          [[roles]]\nname = \"free\"\n[[roles]]\nname = \"tight\"\nrequests_per_minute = 50\nwindow = \"sliding\"\n\

@@ -145,62 +145,70 @@ fn attempt_record(name: &str, failure: Option<FailureClass>) -> AttemptRecord {
     }
 }
 
+fn target(name: &str) -> Deployment {
+    let (provider, model) = deployment(name);
+    Deployment {
+        provider,
+        model,
+        weight: 1,
+    }
+}
+
 #[tokio::test(start_paused = true)]
-async fn a_first_attempt_is_never_refused_and_a_refusal_names_the_failed_deployment() {
+async fn only_a_retry_in_place_is_refused_and_a_refusal_names_its_deployment() {
     let health = Health::new(Config::parse("").unwrap().breaker);
     let policy = budget(0.0, 1);
     let now = Instant::now();
+    let charge = |attempts: &mut Vec<AttemptRecord>, next: &str| {
+        refuses_retry_in_place(
+            &health,
+            &policy,
+            attempts,
+            &target(next),
+            now,
+            Spend::Charge,
+        )
+    };
     // Nothing went upstream yet (a skipped step is not an attempt): a first attempt.
     let mut attempts = vec![attempt_record("a", Some(FailureClass::CircuitOpen))];
     for _ in 0..20 {
-        assert!(!refuses_retry(
-            &health,
-            &policy,
-            &mut attempts,
-            now,
-            Spend::Charge
-        ));
+        assert!(!charge(&mut attempts, "a"));
     }
     attempts.push(attempt_record("b", Some(FailureClass::ServerError)));
     attempts.push(attempt_record("c", Some(FailureClass::Benched)));
     // Peeking counts nothing, so it never runs the budget out.
     for _ in 0..20 {
-        assert!(!refuses_retry(
+        let peek = Spend::Peek;
+        assert!(!refuses_retry_in_place(
             &health,
             &policy,
             &mut attempts,
+            &target("b"),
             now,
-            Spend::Peek
+            peek
         ));
     }
     for _ in 0..10 {
-        assert!(!refuses_retry(
-            &health,
-            &policy,
-            &mut attempts,
-            now,
-            Spend::Charge
-        ));
+        assert!(!charge(&mut attempts, "b"));
     }
-    assert!(refuses_retry(
-        &health,
-        &policy,
-        &mut attempts,
-        now,
-        Spend::Charge
-    ));
+    // b's budget is spent, but moving on to another deployment is never refused or counted.
+    for _ in 0..50 {
+        assert!(!charge(&mut attempts, "c"));
+    }
+    assert!(charge(&mut attempts, "b"));
     let refusal = attempts.last().unwrap();
     assert_eq!(refusal.provider.as_str(), "b");
     assert_eq!(refusal.failure, Some(FailureClass::RetryBudgetExhausted));
     assert!(!refusal.reached_upstream());
     assert!(ended_by_refusal(&attempts));
-    assert_eq!(
-        health
-            .retry_budgets()
-            .counts(&deployment("b").0, &deployment("b").1, now)
-            .retries,
-        10
-    );
+    let retries = |name| {
+        let (p, m) = deployment(name);
+        health.retry_budgets().counts(&p, &m, now).retries
+    };
+    assert_eq!((retries("b"), retries("c")), (10, 0));
+    // Once another attempt goes upstream after it, the refusal no longer has the last word.
+    attempts.push(attempt_record("c", Some(FailureClass::ServerError)));
+    assert!(!ended_by_refusal(&attempts));
 }
 
 /// Every attempt fails with `status` (and `retry-after`, if given); counts the calls.
@@ -276,7 +284,7 @@ async fn run(config: &Config, health: &Arc<Health>, attempter: &Failing) -> Chai
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_chain_falls_back_only_as_far_as_the_budget_goes() {
+async fn a_spent_budget_never_refuses_a_fallback() {
     let config = two_steps("budget_percent = 20\nmin_retries_per_second = 0");
     let health = Arc::new(Health::new(config.breaker.clone()));
     let attempter = Failing {
@@ -284,44 +292,34 @@ async fn the_chain_falls_back_only_as_far_as_the_budget_goes() {
         retry_after: None,
         calls: Default::default(),
     };
-    let mut refused = 0;
     for _ in 0..10 {
         let run = run(&config, &health, &attempter).await;
         assert!(matches!(run.end, ChainEnd::Exhausted));
-        if ended_by_refusal(&run.attempts) {
-            refused += 1;
-            assert_eq!(run.upstream_attempts(), 1);
-            assert_eq!(
-                describe_failures(&run.attempts),
-                "step 0 a/m: server_error (500); no retry: retry_budget_exhausted (a/m)"
-            );
-        }
+        assert!(!ended_by_refusal(&run.attempts));
+        assert_eq!(run.upstream_attempts(), 2, "both steps, every time");
     }
-    // 20 % of a's requests: one fallback after its 5th, one after its 10th.
-    let to_b = attempter
-        .calls
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|c| *c == "b")
-        .count();
-    assert_eq!((to_b, refused), (2, 8));
-    // b's requests count for b: its failures have a budget of their own, unspent.
-    let (b, m) = deployment("b");
-    let counts = health.retry_budgets().counts(&b, &m, Instant::now());
-    assert_eq!((counts.requests, counts.retries), (2, 0));
+    let calls = attempter.calls.lock().unwrap().clone();
+    assert_eq!(calls.iter().filter(|c| *c == "b").count(), 10);
+    // A 500 moves on: nothing was retried in place, so nothing was charged.
+    for name in ["a", "b"] {
+        let (p, m) = deployment(name);
+        let counts = health.retry_budgets().counts(&p, &m, Instant::now());
+        assert_eq!((counts.requests, counts.retries), (10, 0), "{name}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_refused_retry_is_not_waited_for_and_a_429_stays_a_429() {
+async fn a_refused_retry_in_place_is_not_waited_for_and_a_429_stays_a_429() {
     let config = two_steps("budget_percent = 0\nmin_retries_per_second = 1");
     let health = Arc::new(Health::new(config.breaker.clone()));
-    let (a, m) = deployment("a");
     let floor = config.retry.budget;
-    while health
-        .retry_budgets()
-        .try_retry(&a, &m, &floor, Instant::now())
-    {}
+    for name in ["a", "b"] {
+        let (p, m) = deployment(name);
+        while health
+            .retry_budgets()
+            .try_retry(&p, &m, &floor, Instant::now())
+        {}
+    }
     let attempter = Failing {
         status: 429,
         retry_after: Some("2"),
@@ -334,7 +332,14 @@ async fn a_refused_retry_is_not_waited_for_and_a_429_stays_a_429() {
         Duration::ZERO,
         "no backoff before a refusal"
     );
-    assert_eq!(*attempter.calls.lock().unwrap(), ["a"]);
+    // a's retry in place is refused, and the chain moves on to b at once, whose own retry in
+    // place is refused too.
+    assert_eq!(*attempter.calls.lock().unwrap(), ["a", "b"]);
     assert!(ended_by_refusal(&run.attempts));
+    assert_eq!(
+        describe_failures(&run.attempts),
+        "step 0 a/m: rate_limited (429); no retry: retry_budget_exhausted (a/m); \
+         step 1 b/m: rate_limited (429); no retry: retry_budget_exhausted (b/m)"
+    );
     assert_eq!(rate_limited_everywhere(&run), Some(Duration::from_secs(2)));
 }

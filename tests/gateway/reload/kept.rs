@@ -91,34 +91,38 @@ async fn limit_counts_survive_a_reload_and_the_role_takes_its_new_limit() {
 
 #[tokio::test]
 async fn retry_budget_counts_survive_a_reload_and_its_new_floor_applies_at_once() {
+    // The primary answers 429 to everything: each request retries it in place twice (3
+    // attempts a step), as far as the budget allows, then falls back.
     let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
+        .then(Behavior::status(429))
         .start()
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    // Only the floor: `per_second` × 10 retries per 10 s, and the primary always fails.
+    // Only the floor: `per_second` × 10 retries in place per 10 s.
     let config = |per_second: u32| {
         format!(
             "{}{}{}[breaker]\nconsecutive_failures = 1000000\nmin_requests = 1000000\n\
-             [retry]\nbudget_percent = 0\nmin_retries_per_second = {per_second}\n",
+             [retry]\nbudget_percent = 0\nmin_retries_per_second = {per_second}\n\
+             backoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n",
             provider("primary", &primary),
             provider("secondary", &secondary),
             route("r", &[("primary", "m"), ("secondary", "m")], ""),
         )
     };
     let served = FromFile::start(&config(1)).await;
-    let fallbacks = async |requests: usize| {
-        let mut served_by_fallback = 0;
+    let fall_back = async |requests: usize| {
         for _ in 0..requests {
             let response = post(&served.gateway, &chat("r")).await;
-            if header(&response, "x-switchyard-outcome") == "fallback" {
-                served_by_fallback += 1;
-            }
+            assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");
         }
-        served_by_fallback
     };
-    assert_eq!(fallbacks(11).await, 10, "the floor's 10 retries, then none");
+    fall_back(11).await;
+    assert_eq!(
+        primary.calls(),
+        11 + 10,
+        "the floor's 10 retries, then none"
+    );
 
     served.rewrite(&config(2));
     let (status, body) = served.reload().await;
@@ -128,6 +132,7 @@ async fn retry_budget_counts_survive_a_reload_and_its_new_floor_applies_at_once(
         "{body}"
     );
     // 20 per 10 s now, and the 10 already made still count: 10 more, not 20.
-    assert_eq!(fallbacks(11).await, 10);
-    assert_eq!(secondary.calls(), 20);
+    fall_back(11).await;
+    assert_eq!(primary.calls(), 21 + 11 + 10);
+    assert_eq!(secondary.calls(), 22);
 }
