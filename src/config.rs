@@ -384,6 +384,16 @@ pub struct Provider {
     /// Requests to it go over HTTP/2, many streams to a connection: negotiated by ALPN over
     /// TLS (HTTP/1.1 when the server offers only that), with prior knowledge over plain http.
     pub http2: bool,
+    /// Active health checks: while one of its breakers is open, the gateway probes it with
+    /// the smallest real request, and no user's request is ever the probe.
+    pub health_check: Option<HealthCheck>,
+}
+
+/// `health_check = { every }` on a provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// How often an open breaker of the provider is probed.
+    pub every: Duration,
 }
 
 /// One place a step can send a request: a model at a provider. With the provider's key,

@@ -14,6 +14,7 @@ mod embeddings;
 mod error;
 mod flood;
 mod header_values;
+mod health_checks;
 mod listener;
 mod messages;
 mod models;
@@ -305,6 +306,7 @@ impl AppState {
         // Seeding may have moved the generation; the watcher's first poll catches up.
         tokio::spawn(watch::watch_store(Arc::downgrade(&shared), generation));
         tokio::spawn(readiness::check_backends(Arc::downgrade(&shared)));
+        tokio::spawn(health_checks::run(Arc::downgrade(&shared)));
         Ok((AppState::of(shared), writer))
     }
 }

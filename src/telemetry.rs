@@ -48,6 +48,8 @@ pub enum Outcome {
     Error,
     /// Refused before routing: authentication or rate limits.
     Rejected,
+    /// Not a client's request: the gateway's own active health check of an open breaker.
+    HealthCheck,
 }
 
 impl Outcome {
@@ -59,6 +61,7 @@ impl Outcome {
             Outcome::Degraded => "degraded",
             Outcome::Error => "error",
             Outcome::Rejected => "rejected",
+            Outcome::HealthCheck => "health_check",
         }
     }
 }

@@ -21,6 +21,7 @@ mod gateway {
     mod embeddings;
     mod endpoints;
     mod fallback;
+    mod health_checks;
     mod hedging;
     mod http2_upstream;
     mod key_budgets;

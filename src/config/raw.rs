@@ -191,6 +191,15 @@ pub struct RawProvider {
     pub responses: Option<bool>,
     /// Whether to speak HTTP/2 to it (default: HTTP/1.1 only).
     pub http2: Option<bool>,
+    /// `health_check = { every = "10s" }`: probe its open breakers with a request of our own.
+    pub health_check: Option<RawHealthCheck>,
+}
+
+/// `health_check = { every = "10s" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    pub every: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -304,6 +304,8 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `max_tokens` for Anthropic requests that leave it out, unless the provider says otherwise.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The shortest `health_check.every`: a probe a second is already more than any outage needs.
+pub const MIN_HEALTH_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// The `anthropic-version` header sent unless the provider says otherwise.
 pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Azure's latest generally available data-plane `api-version` when this was written.
@@ -417,6 +419,14 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             }
             (None, kind) => kind == ProviderKind::OpenAi && speaks_responses(&base_url),
         };
+        let health_check = p.health_check.map(|check| {
+            let field = format!("providers[{i}].health_check.every");
+            let every = errors.duration(&field, Some(&check.every), MIN_HEALTH_CHECK_EVERY);
+            if every < MIN_HEALTH_CHECK_EVERY {
+                errors.add(field, "must be at least 1s");
+            }
+            HealthCheck { every }
+        });
         providers.push(Provider {
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
@@ -432,6 +442,7 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
                 .unwrap_or_else(|| DEFAULT_AZURE_API_VERSION.into()),
             responses,
             http2: p.http2.unwrap_or(false),
+            health_check,
         });
     }
     providers
@@ -727,7 +738,7 @@ base_url = "http://127.0.0.1:1/v1"
         assert!(config.auth.required);
         assert_eq!(config.providers[0].base_url, "http://127.0.0.1:1/v1");
         assert_eq!(config.breaker.consecutive_failures, 5);
-        assert_eq!(config.breaker.cooldown, std::time::Duration::from_secs(60));
+        assert_eq!(config.breaker.cooldown, std::time::Duration::from_secs(20));
         assert_eq!(config.store.timeout, std::time::Duration::from_secs(2));
     }
 

@@ -353,6 +353,48 @@ impl Breaker {
         }
     }
 
+    /// Whether a user's request may go now to a deployment whose probes are the active
+    /// health checker's (`health_check` on its provider): only a closed breaker admits, so no
+    /// user's request is ever the probe, however long ago the cooldown ended.
+    pub fn check_checked(&self, now: Instant) -> Result<(), Refusal> {
+        if let Some(until) = self.benched_until.filter(|until| *until > now) {
+            return Err(Refusal::Benched { until });
+        }
+        match self.state {
+            State::Closed => Ok(()),
+            State::Open { until } => Err(Refusal::Open { until }),
+            State::HalfOpen { .. } => Err(Refusal::ProbeInFlight),
+        }
+    }
+
+    /// Admits a user's request as [`Breaker::check_checked`] allows.
+    pub fn admit_checked(&mut self, now: Instant) -> Result<Ticket, Refusal> {
+        self.check_checked(now)?;
+        Ok(Ticket {
+            epoch: self.epoch,
+            probe: false,
+        })
+    }
+
+    /// Admits an active health check as the probe: while open, whatever its cooldown, or
+    /// half-open with no probe out. `None` while closed (checks never run then) or while a
+    /// probe is out. In a cluster each instance checks on its own; a success closes the
+    /// breaker everywhere, as a probe's does.
+    pub fn admit_health_check(&mut self) -> Option<Ticket> {
+        match self.state {
+            State::Open { .. } | State::HalfOpen { probing: false } => Some(self.start_probe()),
+            State::Closed | State::HalfOpen { probing: true } => None,
+        }
+    }
+
+    /// Whether an active health check would be admitted now.
+    pub fn awaits_health_check(&self) -> bool {
+        matches!(
+            self.state,
+            State::Open { .. } | State::HalfOpen { probing: false }
+        )
+    }
+
     /// Takes the result of an attempt admitted for `caller` into account; says whether it
     /// opened or closed the breaker, which a cluster must hear of.
     pub fn record(

@@ -64,11 +64,21 @@ struct Table {
     rotations: HashMap<(RouteName, usize), Vec<i64>>,
     /// Cluster mode's link to the other instances; `None` on a single node.
     link: Option<Arc<Link>>,
+    /// Told whenever a breaker here opens, so the active health checker starts counting.
+    opened: Arc<tokio::sync::Notify>,
 }
 
 impl Table {
-    fn check(&self, id: &DeploymentId, now: Instant) -> Result<(), Refusal> {
-        let verdict = self.breakers.get(id).map_or(Ok(()), |b| b.check(now));
+    /// Whether a user's request may go to `id`; `checked` when its provider has active
+    /// health checks, which then send every probe.
+    fn check(&self, id: &DeploymentId, now: Instant, checked: bool) -> Result<(), Refusal> {
+        let verdict = self.breakers.get(id).map_or(Ok(()), |b| {
+            if checked {
+                b.check_checked(now)
+            } else {
+                b.check(now)
+            }
+        });
         self.wish_lease(id, verdict);
         verdict
     }
@@ -82,6 +92,9 @@ impl Table {
 
     /// Hands a breaker's change to the cluster, if there is one to tell.
     fn announce(&mut self, id: &DeploymentId, transition: Option<Transition>) {
+        if let Some(Transition::Opened { .. }) = transition {
+            self.opened.notify_one();
+        }
         let (Some(transition), Some(link)) = (transition, &self.link) else {
             return;
         };
@@ -328,11 +341,15 @@ impl Health {
             return Err(skip);
         };
         let deployment = &step.deployments[chosen];
-        let key = match config.provider(&deployment.provider) {
+        let provider = config.provider(&deployment.provider);
+        let checked = provider.is_some_and(|p| p.health_check.is_some());
+        let key = match provider {
             Some(provider) if provider.key_required => {
                 let tried_keys = tried.keys_of(&provider.id);
-                let admits =
-                    |id: &str| table.check(&DeploymentId::new(deployment, Some(id.into())), now);
+                let admits = |id: &str| {
+                    let id = DeploymentId::new(deployment, Some(id.into()));
+                    table.check(&id, now, checked)
+                };
                 // Eligible above, under this same lock: one of its keys admits.
                 let lease = keys.pick_where(&provider.id, &tried_keys, |id| admits(id).is_ok());
                 Some(lease.ok_or(skip)?)
@@ -340,7 +357,12 @@ impl Health {
             _ => None,
         };
         let id = DeploymentId::new(deployment, key.as_ref().map(|k| k.id.clone()));
-        let ticket = self.admit(&mut table, &id, now, Breaker::admit);
+        let how = if checked {
+            Breaker::admit_checked
+        } else {
+            Breaker::admit
+        };
+        let ticket = self.admit(&mut table, &id, now, how);
         let ticket = match ticket {
             Ok(ticket) => ticket,
             Err(refusal) => {
@@ -388,7 +410,11 @@ impl Health {
         let mut candidates: Vec<(Instant, usize, usize, DeploymentId)> = Vec::new();
         for (s, step) in route.steps.iter().enumerate().skip(first_step) {
             for (d, deployment) in step.deployments.iter().enumerate() {
-                let Some(provider) = config.provider(&deployment.provider) else {
+                // Active health checks send a checked provider's every probe, never a user.
+                let Some(provider) = config
+                    .provider(&deployment.provider)
+                    .filter(|p| p.health_check.is_none())
+                else {
                     continue;
                 };
                 let ids: Vec<Option<Arc<str>>> = if provider.key_required {
@@ -499,6 +525,42 @@ impl Health {
         count
     }
 
+    /// The breakers an active health check may probe now: open, whatever their cooldown, or
+    /// half-open with no probe out.
+    pub fn awaiting_health_checks(&self) -> Vec<DeploymentId> {
+        let table = self.lock();
+        table
+            .breakers
+            .iter()
+            .filter(|(_, breaker)| breaker.awaits_health_check())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Leave for an active health check to be `id`'s probe, sent with `key`; `None` unless
+    /// its breaker awaits one.
+    pub fn admit_health_check(
+        &self,
+        id: &DeploymentId,
+        key: Option<KeyLease>,
+    ) -> Option<Permit<'_>> {
+        let mut table = self.lock();
+        let ticket = table.breakers.get_mut(id)?.admit_health_check()?;
+        Some(Permit {
+            health: self,
+            id: id.clone(),
+            ticket: Some(ticket),
+            track_latency: false,
+            deployment: 0,
+            key,
+        })
+    }
+
+    /// What wakes the active health checker: a breaker here opened.
+    pub fn breaker_opened(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.lock().opened)
+    }
+
     /// Each provider and model's state for `switchyard_breaker_state`: the worst of its keys'.
     pub fn states(&self) -> Vec<(ProviderId, ModelName, i64)> {
         let table = self.lock();
@@ -545,11 +607,15 @@ fn eligibility(
             }
             usable
         });
-        let mut check =
-            |key: Option<Arc<str>>| match table.check(&DeploymentId::new(deployment, key), now) {
-                Ok(()) => eligible[i] = true,
-                Err(refusal) => skip.note(refusal.class(), i),
-            };
+        let checked = provider.health_check.is_some();
+        let mut check = |key: Option<Arc<str>>| match table.check(
+            &DeploymentId::new(deployment, key),
+            now,
+            checked,
+        ) {
+            Ok(()) => eligible[i] = true,
+            Err(refusal) => skip.note(refusal.class(), i),
+        };
         match usable {
             None => check(None),
             Some(usable) => usable.into_iter().for_each(|key| check(Some(key))),

@@ -341,6 +341,11 @@ impl Rollups {
     /// the failing step's and the route's, never the rescuer's. Its latency is that of its
     /// own attempts, its TTFT, tokens and cost those of the requests it served.
     pub fn add(&mut self, row: &LogRow) {
+        // The gateway's own health checks are no client's request: they stay out of the
+        // scorecard's rates and availability (their tokens and cost are in the metrics).
+        if row.outcome == "health_check" {
+            return;
+        }
         let minute_ms = row.time_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
         let minute = self.0.entry(minute_ms).or_default();
         let whole_request = |data: &mut RollupData| {

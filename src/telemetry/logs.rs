@@ -122,7 +122,14 @@ fn write_rows(
 }
 
 /// The outcomes `--outcome` accepts.
-pub const OUTCOMES: [&str; 5] = ["success", "fallback", "degraded", "error", "rejected"];
+pub const OUTCOMES: [&str; 6] = [
+    "success",
+    "fallback",
+    "degraded",
+    "error",
+    "rejected",
+    "health_check",
+];
 
 /// One line per row, with a header; attempts summed up as `provider/model:class` hops. The
 /// key is shown by its name in `names` (its masked prefix), never its secret.

@@ -8,6 +8,9 @@ use crate::config::raw::RawBreaker;
 
 /// The first open's cooldown, unless `cooldown` itself is shorter.
 pub const DEFAULT_COOLDOWN_MIN: Duration = Duration::from_secs(10);
+/// The longest cooldown by default: a recovered provider waits at most this long for the
+/// probe that gives it its traffic back (failover benchmarks allow 30 s).
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(20);
 /// The breaker remembers this many callers at most, so its memory stays fixed.
 pub const MAX_MIN_CALLERS: u32 = 16;
 
@@ -15,7 +18,7 @@ pub fn breaker(errors: &mut Errors, raw: RawBreaker) -> BreakerConfig {
     let cooldown = errors.duration(
         "breaker.cooldown",
         raw.cooldown.as_deref(),
-        Duration::from_secs(60),
+        DEFAULT_COOLDOWN,
     );
     let breaker = BreakerConfig {
         consecutive_failures: raw.consecutive_failures.unwrap_or(5),
@@ -72,10 +75,10 @@ mod tests {
     }
 
     #[test]
-    fn cooldowns_default_to_ten_then_sixty_seconds_and_two_callers() {
+    fn cooldowns_default_to_ten_then_twenty_seconds_and_two_callers() {
         let config = parse("").unwrap();
         assert_eq!(config.breaker.cooldown_min, Duration::from_secs(10));
-        assert_eq!(config.breaker.cooldown, Duration::from_secs(60));
+        assert_eq!(config.breaker.cooldown, Duration::from_secs(20));
         assert_eq!(config.breaker.min_callers, 2);
         // A short cooldown pulls the default minimum down with it.
         let config = parse("cooldown = \"1s\"").unwrap();

@@ -148,6 +148,39 @@ fn after_the_cooldown_one_probe_goes_and_its_success_closes() {
 }
 
 #[test]
+fn with_active_checks_only_a_check_probes_and_never_while_closed() {
+    let t0 = Instant::now();
+    let mut breaker = Breaker::new(settings(1, 1.0, 1000), t0);
+    assert_eq!(breaker.admit_health_check(), None, "closed: no check runs");
+    run(&mut breaker, t0, Verdict::Failure);
+    // Long past the cooldown, a user's request is still refused: it is never the probe.
+    let later = t0 + Duration::from_secs(3600);
+    assert!(matches!(
+        breaker.admit_checked(later),
+        Err(Refusal::Open { .. })
+    ));
+    let check = breaker
+        .admit_health_check()
+        .expect("open: the check is the probe");
+    assert!(check.is_probe());
+    assert_eq!(breaker.admit_health_check(), None, "one probe at a time");
+    assert_eq!(breaker.admit_checked(later), Err(Refusal::ProbeInFlight));
+    breaker.record(later, check, Verdict::Failure, alice());
+    assert_eq!(breaker.state(), BreakerState::Open);
+    let check = breaker
+        .admit_health_check()
+        .expect("still open: checked again");
+    breaker.record(later, check, Verdict::Success, alice());
+    assert_eq!(breaker.state(), BreakerState::Closed);
+    assert!(
+        !breaker
+            .admit_checked(later)
+            .expect("closed admits")
+            .is_probe()
+    );
+}
+
+#[test]
 fn a_failed_probe_reopens_for_a_fresh_cooldown() {
     let t0 = Instant::now();
     let mut breaker = opened(t0);

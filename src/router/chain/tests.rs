@@ -168,3 +168,82 @@ async fn a_client_error_is_returned_without_fallback() {
     assert!(matches!(run.end, ChainEnd::Returned { step: 0, .. }));
     assert_eq!(calls, ["a"]);
 }
+
+/// Step "a" answers 500 until `recovers_at`, then serves; "b" always serves.
+struct Outage {
+    recovers_at: Instant,
+}
+
+impl Attempter for Outage {
+    type Output = ();
+
+    async fn attempt(
+        &self,
+        deployment: &Deployment,
+        _provider: &Provider,
+        _key: Option<&KeyLease>,
+        _timeout: Duration,
+    ) -> Attempt<()> {
+        if deployment.provider.as_str() == "b" || Instant::now() >= self.recovers_at {
+            return Attempt::Served(());
+        }
+        let status = StatusCode::INTERNAL_SERVER_ERROR;
+        let headers = http::header::HeaderMap::new();
+        let (class, action) = super::super::classify::classify_status(status, &headers, b"", false);
+        Attempt::Failed(Failure {
+            class,
+            action,
+            reply: None,
+        })
+    }
+}
+
+/// Steady traffic (a request every `every`) through a primary that is down for `outage`:
+/// how long after its recovery step 0 served again.
+async fn back_after_recovery(config: &Config, outage: Duration, every: Duration) -> Duration {
+    let keys = KeyRing::default();
+    let health = std::sync::Arc::new(Health::new(config.breaker.clone()));
+    let started = Instant::now();
+    let attempter = Outage {
+        recovers_at: started + outage,
+    };
+    loop {
+        let now = Instant::now();
+        assert!(
+            now < started + outage + Duration::from_secs(300),
+            "never came back"
+        );
+        let inputs = ChainInputs {
+            config,
+            keys: &keys,
+            health: &health,
+            route: &config.routes[0],
+            first_step: 0,
+            deadline: now + config.retry.request_deadline,
+            caller: crate::router::breaker::CallerTag::new("test"),
+        };
+        let run = run_chain(inputs, &attempter).await;
+        assert!(served_step(&run).is_some(), "the fallback serves meanwhile");
+        if served_step(&run) == Some(0) && now >= attempter.recovers_at {
+            return now - attempter.recovers_at;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_defaults_a_recovered_primary_serves_again_within_20_seconds() {
+    // The growing cooldown (10 s, doubled by each failed probe) is capped at 20 s by default,
+    // so whatever the outage's length, the next probe after the recovery is at most 20 s
+    // away. With a cap of 60 s, an outage of 75 s kept the fallback serving for 55 s more.
+    let config = config("");
+    let every = Duration::from_millis(250);
+    for seconds in (60..=90).step_by(5) {
+        let outage = Duration::from_secs(seconds);
+        let back = back_after_recovery(&config, outage, every).await;
+        assert!(
+            back <= Duration::from_secs(20) + every,
+            "down {seconds} s: back {back:?} after recovering"
+        );
+    }
+}
