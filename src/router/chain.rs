@@ -105,6 +105,9 @@ pub struct ChainRun<T> {
     pub rate_limited_wait: Option<Duration>,
     /// A hedge was due, but the route's hedge budget refused it.
     pub hedge_refused: bool,
+    /// The provider's own id of the last failed attempt's request, so an answer that names
+    /// no serving step still gives the client something to quote to the provider.
+    pub last_upstream_request_id: Option<HeaderValue>,
 }
 
 impl<T> ChainRun<T> {
@@ -170,6 +173,7 @@ pub async fn run_chain<A: Attempter>(
             verdict: None,
             rate_limited_wait: None,
             hedge_refused: false,
+            last_upstream_request_id: None,
         },
         total_attempts: 0,
     };
@@ -387,6 +391,13 @@ impl<T> Walk<'_, T> {
             Attempt::Failed(failure) => failure,
         };
         let status = failure.reply.as_ref().map(|r| r.status.as_u16());
+        if let Some(id) = failure
+            .reply
+            .as_ref()
+            .and_then(|r| r.upstream_request_id.clone())
+        {
+            self.run.last_upstream_request_id = Some(id);
+        }
         let class = failure.class;
         let mut record = record(index, deployment, Some(class), status, latency);
         record.hedge = settled.hedge;

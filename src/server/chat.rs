@@ -408,7 +408,10 @@ fn exhausted<T>(
             error.kind()
         };
         guard.record().error = Some(reason.into());
-        let response = error.into_response_for(request.format);
+        let mut response = error.into_response_for(request.format);
+        if let Some(id) = run.last_upstream_request_id.clone() {
+            response.headers_mut().insert(UPSTREAM_REQUEST_ID, id);
+        }
         return finish(response, route, &run, None, guard);
     };
     let id = guard.record().id.clone();

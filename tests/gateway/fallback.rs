@@ -538,3 +538,24 @@ mod bounded {
         assert!(elapsed < Duration::from_secs(2) + MARGIN, "{elapsed:?}");
     }
 }
+
+#[tokio::test]
+async fn an_exhausted_503_names_the_last_upstreams_request_id() {
+    let primary = FakeUpstream::new("primary")
+        .then(Behavior::status(500).header("x-request-id", "req_primary_1"))
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary")
+        .then(Behavior::status(502).header("x-request-id", "req_secondary_2"))
+        .start()
+        .await
+        .unwrap();
+    let gateway = two_step(&primary, &secondary, "").await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(response.status(), 503);
+    assert_eq!(
+        header(&response, "x-switchyard-upstream-request-id"),
+        "req_secondary_2"
+    );
+}

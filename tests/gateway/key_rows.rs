@@ -161,3 +161,54 @@ async fn an_expiry_past_what_a_date_can_hold_is_refused() {
         .unwrap();
     assert_eq!(ok.status(), 200);
 }
+
+/// `curl -d '{…}'` sends `application/x-www-form-urlencoded`: every admin endpoint reads a
+/// JSON body whatever its content-type, and a body that is not JSON stays a 400.
+#[tokio::test]
+async fn admin_key_bodies_are_json_whatever_their_content_type() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = admin_gateway(&format!(
+        "{}{}",
+        keyed_provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    let send = |method: reqwest::Method, path: &str, body: &'static str| {
+        client()
+            .request(method, format!("{}{path}", gateway.admin_url()))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    for body in [
+        r#"{"secret": "sk-first-key-1234", "id": "main"}"#,
+        r#"{"secret": "sk-second-key-5678", "id": "main"}"#,
+    ] {
+        let put = send(reqwest::Method::PUT, "/admin/keys/up", body)
+            .await
+            .unwrap();
+        assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
+    }
+    let rollback = send(
+        reqwest::Method::POST,
+        "/admin/keys/up/rollback",
+        r#"{"id": "main"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(rollback.status(), 200, "{}", rollback.text().await.unwrap());
+
+    let bad = send(
+        reqwest::Method::PUT,
+        "/admin/keys/up",
+        "secret=sk-form-key-9999",
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad.status(), 400);
+    let text = bad.text().await.unwrap();
+    assert!(!text.contains("sk-form-key-9999"), "{text}");
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("JSON"));
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -37,11 +37,12 @@ pub async fn put(
     _: Admin,
     State(state): State<AppState>,
     Path(provider): Path<String>,
-    body: Result<Json<PutKey>, JsonRejection>,
+    body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    // The rejection text could quote the body, secret included; say only what is wrong.
-    let Json(body) =
-        body.map_err(|_| invalid("the body must be JSON: {secret, id?, weight?, expires_in?}"))?;
+    // Read as JSON whatever its content-type (`curl -d` says form-urlencoded). serde's error
+    // could quote the body, secret included; say only what is wrong.
+    let body: PutKey = serde_json::from_slice(&body)
+        .map_err(|_| invalid("the body must be JSON: {secret, id?, weight?, expires_in?}"))?;
     let expires_in: Option<Duration> = body
         .expires_in
         .as_deref()
@@ -75,9 +76,14 @@ pub async fn rollback(
     _: Admin,
     State(state): State<AppState>,
     Path(provider): Path<String>,
-    body: Option<Json<RollbackKey>>,
+    body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(body) = body.unwrap_or_default();
+    // Optional, and JSON whatever its content-type.
+    let body: RollbackKey = if body.iter().all(u8::is_ascii_whitespace) {
+        RollbackKey::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|_| invalid("the body must be JSON: {id?}"))?
+    };
     let version = state
         .keys
         .rollback(&provider, body.id.as_deref())
