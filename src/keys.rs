@@ -63,10 +63,12 @@ struct ProviderKey {
 impl ProviderKey {
     fn usable(&self, now: Instant, tried: &[Arc<str>]) -> bool {
         let benched = self.benched_until.is_some_and(|until| until > now);
-        let expired = self
-            .expires_ms
-            .is_some_and(|at| at <= crate::store::now_ms());
-        !benched && !expired && !tried.contains(&self.lease.id)
+        !benched && !self.expired() && !tried.contains(&self.lease.id)
+    }
+
+    fn expired(&self) -> bool {
+        self.expires_ms
+            .is_some_and(|at| at <= crate::store::now_ms())
     }
 }
 
@@ -180,6 +182,21 @@ impl KeyRing {
                 .filter(|key| key.usable(now, tried))
                 .map(|key| key.lease.id.clone())
                 .collect()
+        })
+    }
+
+    /// Whether the provider has a key, not expired nor in `tried`, that is only benched (a
+    /// 401/403 or its `retry-after`): a step without a usable key is then `benched`, not
+    /// `no_key`, since it comes back by itself.
+    pub fn has_benched(&self, provider: &ProviderId, tried: &[Arc<str>]) -> bool {
+        let now = Instant::now();
+        let providers = self.lock();
+        providers.get(provider).is_some_and(|keys| {
+            keys.iter().any(|key| {
+                key.benched_until.is_some_and(|until| until > now)
+                    && !key.expired()
+                    && !tried.contains(&key.lease.id)
+            })
         })
     }
 

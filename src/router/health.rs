@@ -601,9 +601,16 @@ fn eligibility(
         // A provider without keys has one breaker to ask: asked directly, not through a
         // one-element `Vec` (an allocation on every request).
         let usable = provider.key_required.then(|| {
-            let usable = keys.usable(&provider.id, &tried.keys_of(&provider.id));
+            let tried_keys = tried.keys_of(&provider.id);
+            let usable = keys.usable(&provider.id, &tried_keys);
             if usable.is_empty() {
-                skip.note(FailureClass::NoKey, i);
+                // A key the provider refused comes back by itself: benched, not missing.
+                let class = if keys.has_benched(&provider.id, &tried_keys) {
+                    FailureClass::Benched
+                } else {
+                    FailureClass::NoKey
+                };
+                skip.note(class, i);
             }
             usable
         });

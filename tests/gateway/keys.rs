@@ -376,3 +376,35 @@ fn base64_of(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
+
+/// A key the provider refused once is benched, and comes back by itself: the step it leaves
+/// without a usable key is reported `benched`, not `no_key`, while `keys list` still shows it.
+#[tokio::test]
+async fn a_key_refused_once_is_reported_benched_not_missing() {
+    let fake = FakeUpstream::new("up")
+        .require_key("sk-the-right-key-1234")
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}",
+        fake.base_url(),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    gateway
+        .put_provider_key("up", "main", "sk-a-revoked-key-5678")
+        .await
+        .unwrap();
+    let first = post(&gateway, &chat("r")).await;
+    assert_eq!(first.status(), 503);
+    let body: Value = first.json().await.unwrap();
+    assert!(error_message(&body).contains("auth"), "{body}");
+    let second = post(&gateway, &chat("r")).await;
+    assert_eq!(second.status(), 503);
+    let body: Value = second.json().await.unwrap();
+    let message = error_message(&body);
+    assert!(message.contains("benched"), "{message}");
+    assert!(!message.contains("no_key"), "{message}");
+    assert_eq!(fake.calls(), 1, "the benched key is not sent again");
+}
