@@ -212,7 +212,7 @@ async fn a_403_on_the_only_key_moves_to_the_next_step_and_benches_it() {
     assert_eq!(header(&second, "x-switchyard-step"), "1");
     assert_eq!(primary.calls(), 1, "a benched key is not sent again");
     let row = record(&gateway, header(&second, "x-switchyard-request-id")).await;
-    assert_eq!(row.attempts[0].failure, Some(FailureClass::NoKey));
+    assert_eq!(row.attempts[0].failure, Some(FailureClass::Benched));
 }
 
 #[tokio::test]
