@@ -6,6 +6,7 @@
 //! never run while a breaker is closed. Each check is a log row of its own kind (outcome
 //! `health_check`), so its tokens and cost show in the metrics.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -61,7 +62,10 @@ pub async fn run(state: Weak<Shared>) {
             }
             due.insert(id.clone(), now + every);
             wake = wake.min(now + every);
-            tokio::spawn(check(Arc::clone(&shared), id));
+            // A gateway shutting down starts no new check.
+            if !shared.draining.load(Ordering::Relaxed) {
+                tokio::spawn(check(Weak::clone(&state), id));
+            }
         }
         drop(live);
         drop(shared);
@@ -72,29 +76,35 @@ pub async fn run(state: Weak<Shared>) {
     }
 }
 
-/// Sends one check to `id` as its breaker's probe, reports it, and logs it.
-async fn check(shared: Arc<Shared>, id: DeploymentId) {
-    let live = shared.live();
-    let config = &live.config;
-    let Some(provider) = config.provider(&id.provider) else {
+/// Sends one check to `id` as its breaker's probe, reports it, and logs it. While the check
+/// is out it holds none of the gateway's state but the health table, the client and the
+/// config: a shutdown (whose log writer waits for every holder of the state) never waits on
+/// a check, which then simply goes unlogged.
+async fn check(state: Weak<Shared>, id: DeploymentId) {
+    let Some(shared) = state.upgrade() else {
         return;
     };
+    let live = shared.live();
+    let (client, health) = (shared.client.clone(), Arc::clone(&shared.health));
     let key = match &id.key {
-        Some(wanted) => {
-            let lease = shared
-                .keys
-                .ring
-                .pick_where(&id.provider, &[], |k| k == &**wanted);
-            // The key went away (rotated or removed): its breaker goes with it.
-            let Some(lease) = lease else { return };
-            Some(lease)
-        }
+        // The key went away (rotated or removed): its breaker goes with it.
+        Some(wanted) => match shared
+            .keys
+            .ring
+            .pick_where(&id.provider, &[], |k| k == &**wanted)
+        {
+            Some(lease) => Some(lease),
+            None => return,
+        },
         None => None,
     };
-    let Some(request) = smallest_request(&id) else {
+    drop(shared);
+    let config = &live.config;
+    let (Some(provider), Some(request)) = (config.provider(&id.provider), smallest_request(&id))
+    else {
         return;
     };
-    let Some(permit) = shared.health.admit_health_check(&id, key) else {
+    let Some(permit) = health.admit_health_check(&id, key) else {
         return;
     };
     let deployment = Deployment {
@@ -102,13 +112,9 @@ async fn check(shared: Arc<Shared>, id: DeploymentId) {
         model: id.model.clone(),
         weight: 1,
     };
-    let mut guard = RecordGuard::new(
-        shared.telemetry.clone(),
-        RequestRecord::new(uuid::Uuid::now_v7().to_string(), false),
-    );
     let timeout = config.retry.attempt_timeout;
     let attempter = JsonAttempter {
-        client: &shared.client,
+        client: &client,
         request,
         fallback_on_context_length: false,
         deadline: Instant::now() + timeout,
@@ -133,25 +139,31 @@ async fn check(shared: Arc<Shared>, id: DeploymentId) {
         None,
         CallerTag::new("health_check"),
     );
-    if let (Some(FailureClass::Auth), Some(key)) = (failure, &key_id) {
-        shared
-            .keys
-            .ring
-            .bench(&id.provider, key, config.breaker.cooldown);
-    }
     match failure {
-        None => {
-            tracing::info!(provider = %id.provider, model = %id.model, "health check passed: breaker closed")
-        }
-        Some(class) => {
-            tracing::warn!(provider = %id.provider, model = %id.model, class = class.kind(), "health check failed: breaker stays open")
-        }
+        None => tracing::info!(provider = %id.provider, model = %id.model, "health check passed"),
+        Some(class) => tracing::warn!(
+            provider = %id.provider,
+            model = %id.model,
+            class = class.kind(),
+            "health check failed: the breaker stays open"
+        ),
     }
+    let Some(shared) = state.upgrade() else {
+        return;
+    };
+    if let (Some(FailureClass::Auth), Some(key)) = (failure, &key_id) {
+        let cooldown = config.breaker.cooldown;
+        shared.keys.ring.bench(&id.provider, key, cooldown);
+    }
+    let record = RequestRecord::new(uuid::Uuid::now_v7().to_string(), false);
+    let mut guard = RecordGuard::new(shared.telemetry.clone(), record).since(started);
+    drop(shared);
     let record = guard.record();
     record.outcome = Outcome::HealthCheck;
     record.step = Some(0);
     record.provider = Some(id.provider.clone());
     record.model = Some(id.model.clone());
+    // No answer at all (a timeout, a refused connection): as a proxy would say it.
     record.status = status.unwrap_or(502);
     record.error = failure.map(|class| class.kind().into());
     record.tokens_in = usage.as_ref().map(|u| u.prompt_tokens);

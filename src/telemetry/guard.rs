@@ -113,6 +113,20 @@ impl RecordGuard {
         self.durable.clone().map(Durable)
     }
 
+    /// Dates the record back to `started`: for one begun only once its work was done (the
+    /// health checker's, which holds no log sender while its check is out, so a shutdown
+    /// never waits on it).
+    pub fn since(mut self, started: tokio::time::Instant) -> RecordGuard {
+        let ago = started.elapsed();
+        self.started = started;
+        if let Some(record) = self.record.as_mut() {
+            record.started_at = std::time::SystemTime::now()
+                .checked_sub(ago)
+                .unwrap_or(record.started_at);
+        }
+        self
+    }
+
     /// When the request arrived.
     pub fn started(&self) -> tokio::time::Instant {
         self.started

@@ -139,3 +139,37 @@ async fn a_check_more_often_than_every_second_is_refused_by_name() {
         .to_string();
     assert!(error.contains("providers[0].health_check.every"), "{error}");
 }
+
+#[tokio::test]
+async fn a_check_in_flight_does_not_hold_the_shutdown() {
+    // The primary fails twice (the breaker opens), then never answers a check in time.
+    let primary = FakeUpstream::new("primary")
+        .then(Behavior::status(500))
+        .then(Behavior::status(500))
+        .then(Behavior::ok().delay_ms(600_000))
+        .start()
+        .await
+        .unwrap();
+    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let config = format!(
+        "{}health_check = {{ every = \"1s\" }}\n{}{}\
+         [breaker]\nconsecutive_failures = 2\nmin_callers = 1\n\
+         [retry]\nattempt_timeout = \"300s\"\nrequest_deadline = \"600s\"\n",
+        provider("primary", &primary),
+        provider("secondary", &secondary),
+        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
+    );
+    let gateway = gateway(&config).await;
+    for _ in 0..2 {
+        let response = post(&gateway, &chat("r")).await;
+        assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");
+    }
+    // The check is out, and will hang for minutes.
+    primary.wait_until(|stats| stats.calls == 3).await;
+    // Shutting down waits for clients' requests, not for the gateway's own check: the
+    // bound is far under the check's 300 s attempt timeout.
+    tokio::time::timeout(Duration::from_secs(30), gateway.shutdown())
+        .await
+        .expect("the shutdown does not wait on a health check")
+        .unwrap();
+}
