@@ -66,7 +66,17 @@ where
         return refused;
     }
     let body = read_body(body, state.config().server.max_body_bytes).await;
-    chat::handle(&state, peer, &parts.headers, body, endpoint).await
+    let unread = body.is_err();
+    let mut response = chat::handle(&state, peer, &parts.headers, body, endpoint).await;
+    if unread {
+        // The rest of the body was never read, so the connection cannot carry another
+        // request: say so, rather than leave hyper to find out.
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    response
 }
 
 /// The whole body, at most `limit` bytes of it.

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -97,12 +98,14 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let activity = stream.activity.clone();
+    let refused_unread = Arc::new(AtomicBool::new(false));
     let service = Tracked {
         inner: TowerToHyperService::new(service.router),
         client_api: service.client_api,
         activity: activity.clone(),
         body_timeout: timeouts.body,
         peer,
+        refused_unread: refused_unread.clone(),
     };
     let mut connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     let watchdog = activity.expiry(timeouts);
@@ -122,9 +125,19 @@ pub async fn serve(
             }
         }
     };
-    if served.is_ok() && !draining {
-        linger(connection.into_parts().io.into_inner(), stop).await;
+    if served.is_err() || draining {
+        return;
     }
+    let stream = connection.into_parts().io.into_inner();
+    if refused_unread.load(Ordering::Relaxed) {
+        // A body that declared no length was refused at the cap: its client is still
+        // sending, and may send without end. Nothing more of it is read; the answer is
+        // followed by a FIN, then the close.
+        let mut stream = stream;
+        let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+        return;
+    }
+    linger(stream, stop).await;
 }
 
 /// How long a closing connection keeps taking what its client still sends.
@@ -229,6 +242,9 @@ struct Tracked {
     body_timeout: Duration,
     /// The connection's client, given to the client API's handlers.
     peer: Peer,
+    /// Set when a body without a declared length was refused at `max_body_bytes` (a 413):
+    /// the connection then closes without taking any more of it.
+    refused_unread: Arc<AtomicBool>,
 }
 
 type TrackedFuture = Pin<Box<dyn Future<Output = Result<Response<ActiveBody>, Infallible>> + Send>>;
@@ -255,8 +271,15 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
         if let Some((server, endpoint)) = direct {
             let state = AppState::from_ref(server);
             let peer = self.peer.0.ip();
+            let declared = request
+                .headers()
+                .contains_key(hyper::header::CONTENT_LENGTH);
+            let refused_unread = self.refused_unread.clone();
             return Box::pin(async move {
                 let response = client_api::serve(state, peer, request, endpoint).await;
+                if !declared && response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    refused_unread.store(true, Ordering::Relaxed);
+                }
                 Ok(response.map(|body| ActiveBody {
                     inner: body,
                     _in_flight: in_flight,

@@ -247,3 +247,51 @@ async fn a_client_that_sends_its_whole_refused_body_still_reads_the_413() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     assert_eq!(fake.calls(), 0);
 }
+
+/// A chunked body has no declared length to refuse on the head: it is read up to the cap,
+/// the 413 goes out at once, and the connection closes without taking any more of it, where
+/// it used to linger and take up to 64 MiB more. The client's upload of 20 MB fails part way.
+#[tokio::test]
+async fn a_chunked_body_over_the_cap_is_answered_at_the_cap_and_read_no_further() {
+    let (fake, gateway) = one_step_with_a_1_kib_body_cap().await;
+    let stream = TcpStream::connect(gateway.addr()).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+                transfer-encoding: chunked\r\n\r\n";
+    writer.write_all(head.as_bytes()).await.unwrap();
+    const CHUNK: usize = 64 * 1024;
+    const CHUNKS: usize = 320;
+    // Up to 20 MB in 64 KiB chunks; how much went before a write was refused.
+    let upload = tokio::spawn(async move {
+        let chunk = vec![b' '; CHUNK];
+        let frame = [
+            format!("{CHUNK:x}\r\n").into_bytes(),
+            chunk,
+            b"\r\n".to_vec(),
+        ]
+        .concat();
+        let mut sent = 0;
+        for _ in 0..CHUNKS {
+            if writer.write_all(&frame).await.is_err() {
+                break;
+            }
+            sent += CHUNK;
+        }
+        sent
+    });
+    let mut first = vec![0; 12];
+    tokio::time::timeout(BOUND, reader.read_exact(&mut first))
+        .await
+        .expect("answered within the bound")
+        .unwrap();
+    assert_eq!(&first, b"HTTP/1.1 413");
+    let sent = tokio::time::timeout(BOUND, upload)
+        .await
+        .expect("the upload ends within the bound")
+        .unwrap();
+    assert!(
+        sent < CHUNK * CHUNKS,
+        "all {sent} bytes were taken after a 413 at 1 KiB"
+    );
+    assert_eq!(fake.calls(), 0);
+}
