@@ -33,7 +33,7 @@ use tokio::time::{Instant, Sleep};
 
 mod watchdog;
 
-use self::watchdog::{Activity, InFlight};
+use self::watchdog::{Activity, BodyAwaited, InFlight};
 use super::listener::Peer;
 use super::{AppState, ServerState, client_api};
 use crate::providers::{self, ClientFormat};
@@ -120,6 +120,11 @@ pub async fn serve(
             // that sent no whole request.
             () = watchdog.as_mut() => return,
             _ = stop.wait_for(|stop| *stop), if !draining => {
+                // A connection with no whole request (idle, or a head or body half sent)
+                // holds no work: it closes at once rather than holding up the shutdown.
+                if !activity.holds_work() {
+                    return;
+                }
                 draining = true;
                 Pin::new(&mut connection).graceful_shutdown();
             }
@@ -257,7 +262,9 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
     fn call(&self, request: Request<Incoming>) -> TrackedFuture {
         let in_flight = self.activity.begin();
         let deadline = Instant::now() + self.body_timeout;
+        let activity = &self.activity;
         let request = request.map(|body| TimedBody {
+            awaited: (!hyper::body::Body::is_end_stream(&body)).then(|| activity.body_awaited()),
             inner: body,
             deadline,
             timer: None,
@@ -334,6 +341,8 @@ pub struct TimedBody {
     deadline: Instant,
     /// Made on the first wait, so a body that is already here costs no timer.
     timer: Option<Pin<Box<Sleep>>>,
+    /// Held until the body's end has arrived: till then its request holds no work.
+    awaited: Option<BodyAwaited>,
 }
 
 impl hyper::body::Body for TimedBody {
@@ -346,7 +355,12 @@ impl hyper::body::Body for TimedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(frame) => Poll::Ready(frame.map(|f| f.map_err(Into::into))),
+            Poll::Ready(frame) => {
+                if frame.is_none() || this.inner.is_end_stream() {
+                    this.awaited = None;
+                }
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
             Poll::Pending => {
                 let deadline = this.deadline;
                 let timer = this

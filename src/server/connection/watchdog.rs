@@ -1,6 +1,7 @@
 //! The watchdog of one client connection: where the connection is between requests, and
 //! when it must close if nothing changes.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -32,6 +33,8 @@ enum Phase {
 pub(super) struct Activity {
     watched: Mutex<Watched>,
     changed: Notify,
+    /// Requests in flight whose body has not all arrived: they hold no work yet.
+    unread_bodies: AtomicUsize,
 }
 
 #[derive(Debug)]
@@ -54,7 +57,26 @@ impl Activity {
                 armed: None,
             }),
             changed: Notify::new(),
+            unread_bodies: AtomicUsize::new(0),
         })
+    }
+
+    /// A request's body begins to arrive; it has all arrived (or was given up on) when the
+    /// returned guard is dropped.
+    pub(super) fn body_awaited(self: &Arc<Self>) -> BodyAwaited {
+        self.unread_bodies.fetch_add(1, Ordering::Relaxed);
+        BodyAwaited(self.clone())
+    }
+
+    /// Whether the connection holds work a shutdown must wait for: a request whose body has
+    /// all arrived (it may be routed, or its answer still going out). Nothing else does: a
+    /// half-sent head or body is no request yet, and can be closed at once.
+    pub(super) fn holds_work(&self) -> bool {
+        let requests = match self.watched().phase {
+            Phase::Busy { requests, .. } => requests,
+            Phase::Waiting { .. } => 0,
+        };
+        requests > self.unread_bodies.load(Ordering::Relaxed)
     }
 
     fn watched(&self) -> std::sync::MutexGuard<'_, Watched> {
@@ -149,6 +171,15 @@ fn deadline(phase: Phase, timeouts: Timeouts) -> Instant {
                     timeouts.idle
                 }
         }
+    }
+}
+
+/// A request body still arriving; see [`Activity::body_awaited`].
+pub(super) struct BodyAwaited(Arc<Activity>);
+
+impl Drop for BodyAwaited {
+    fn drop(&mut self) {
+        self.0.unread_bodies.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

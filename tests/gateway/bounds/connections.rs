@@ -353,3 +353,43 @@ async fn connections_are_served_on_as_many_threads_as_configured() {
         .count();
     assert_eq!(serving, 3, "{:?}", thread_names(gateway.pid()));
 }
+
+/// On SIGTERM a connection that has not sent a whole request holds no work: a half-sent head
+/// and a half-sent body are closed at once, not waited on for the whole `shutdown_grace`.
+#[tokio::test]
+async fn sigterm_closes_half_sent_requests_at_once() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let mut gateway = Spawned::start(
+        "shutdown_grace = \"5m\"\nheader_timeout = \"5m\"\nbody_timeout = \"5m\"",
+        &upstream_config(&fake),
+        None,
+    );
+    // A head without its end, and a whole head with 100 of its 10,000 body bytes.
+    let mut half_head = TcpStream::connect(gateway.addr).await.unwrap();
+    half_head
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut half_body = TcpStream::connect(gateway.addr).await.unwrap();
+    half_body
+        .write_all(post_head("/v1/chat/completions", 10_000).as_bytes())
+        .await
+        .unwrap();
+    half_body.write_all(&[b' '; 100]).await.unwrap();
+    // Both have reached the gateway once a whole request on a third connection is served.
+    let served = client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat("r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+
+    gateway.terminate();
+    let status = gateway
+        .exit_within(BOUND)
+        .await
+        .expect("the gateway exits long before its 5-minute grace");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(fake.calls(), 1);
+}
