@@ -202,8 +202,11 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// Client connections served at once; `None` derives it from the file-descriptor limit.
     pub max_connections: Option<usize>,
-    /// How long shutdown waits for in-flight requests before ending them.
+    /// How long shutdown waits for in-flight requests (streams above all) before ending them.
     pub shutdown_grace: Duration,
+    /// How long after SIGTERM the listener still accepts, with `/readyz` already 503, so a
+    /// load balancer stops sending before any connection is refused.
+    pub drain_delay: Duration,
     /// The most of a non-streamed upstream answer read; more is a failed attempt.
     pub max_upstream_body_bytes: usize,
     /// The longest single upstream stream event read; longer is a failed attempt.

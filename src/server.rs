@@ -39,6 +39,7 @@ use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Json;
 use axum::Router;
@@ -453,7 +454,9 @@ pub async fn run(
     // On a worker, not the thread that blocks on `run`: a connection task spawned from a
     // worker starts on that same worker, where one spawned from outside the pool first
     // wakes a parked worker (a futex and a thread switch per new connection).
-    match tokio::spawn(serve_state(listener, admin, state, writer, shutdown)).await {
+    let drain = state.config().server.drain_delay;
+    let serving = serve_state(listener, admin, state, writer, shutdown, drain);
+    match tokio::spawn(serving).await {
         Ok(served) => served,
         Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
         // Cancelled: only the runtime shutting down does that, and then there is no one
@@ -475,14 +478,25 @@ async fn serve_state(
     state: AppState,
     writer: TelemetryWriter,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
 ) -> Result<(), StartError> {
     // One signal stops both servers.
     let (stopping, stopped) = tokio::sync::watch::channel(false);
     let draining_state = state.clone();
     tokio::spawn(async move {
         shutdown.await;
+        // `/readyz` answers 503 from now on; the listener still accepts for `drain`, so a
+        // load balancer sees the 503 and stops sending before any connection is refused.
         draining_state.draining.store(true, Ordering::SeqCst);
-        tracing::info!("shutting down: draining in-flight requests");
+        if !drain.is_zero() {
+            tracing::info!(
+                ?drain,
+                "shutting down: /readyz is 503, still accepting for drain_delay"
+            );
+            tokio::time::sleep(drain).await;
+        }
+        drop(draining_state);
+        tracing::info!("shutting down: no new connections; draining in-flight requests");
         let _ = stopping.send(true);
     });
     let admin_server = admin.map(|admin| {
@@ -557,12 +571,14 @@ impl Gateway {
         let shutdown = async move {
             let _ = stopped.await;
         };
+        // No drain delay: a program that stops its own gateway has no load balancer to tell.
         let task = tokio::spawn(serve_state(
             listener,
             admin,
             state.clone(),
             writer,
             shutdown,
+            Duration::ZERO,
         ));
         Ok(Gateway {
             addr,

@@ -116,6 +116,7 @@ pub struct RawServer {
     pub body_timeout: Option<String>,
     pub max_connections: Option<u64>,
     pub shutdown_grace: Option<String>,
+    pub drain_delay: Option<String>,
     pub max_upstream_body_bytes: Option<u64>,
     pub max_sse_event_bytes: Option<u64>,
     pub threads: Option<u64>,

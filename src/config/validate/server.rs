@@ -13,8 +13,12 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// A whole request body in this long of its head.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
-/// Shutdown waits this long for in-flight requests.
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Shutdown waits this long for in-flight requests: reasoning models stream for minutes, and
+/// a rolling deploy should not cut them.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(600);
+/// After SIGTERM, `/readyz` is 503 while connections are still accepted for this long: about
+/// two health-check intervals of a typical load balancer.
+pub const DEFAULT_DRAIN_DELAY: Duration = Duration::from_secs(5);
 /// Far above any real completion, far below what would strain memory.
 pub const DEFAULT_MAX_UPSTREAM_BODY_BYTES: u64 = 32 * 1024 * 1024;
 /// Larger than any real event; a longer one means the upstream is not speaking SSE.
@@ -83,6 +87,12 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
         raw.shutdown_grace,
         DEFAULT_SHUTDOWN_GRACE,
     );
+    // Zero is allowed: no drain, for a gateway no load balancer checks.
+    let drain_delay = errors.duration(
+        "server.drain_delay",
+        raw.drain_delay.as_deref(),
+        DEFAULT_DRAIN_DELAY,
+    );
     ServerConfig {
         listen: errors.addr("server.listen", listen).unwrap_or(fallback),
         max_body_bytes,
@@ -96,6 +106,7 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
             .max_connections
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         shutdown_grace,
+        drain_delay,
         max_upstream_body_bytes,
         max_sse_event_bytes,
         threads,
@@ -114,7 +125,8 @@ mod tests {
         assert_eq!(server.header_timeout, Duration::from_secs(10));
         assert_eq!(server.idle_timeout, Duration::from_secs(60));
         assert_eq!(server.body_timeout, Duration::from_secs(30));
-        assert_eq!(server.shutdown_grace, Duration::from_secs(30));
+        assert_eq!(server.shutdown_grace, Duration::from_secs(600));
+        assert_eq!(server.drain_delay, Duration::from_secs(5));
         assert_eq!(server.max_connections, None);
         assert_eq!(server.max_upstream_body_bytes, 32 * 1024 * 1024);
         assert_eq!(server.max_sse_event_bytes, 4 * 1024 * 1024);

@@ -31,6 +31,7 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
     keep!(server.idle_timeout);
     keep!(server.body_timeout);
     keep!(server.shutdown_grace);
+    keep!(server.drain_delay);
     keep!(server.threads);
     // The open store, the vault sealed for it, and its rollback window.
     keep!(store.url);

@@ -393,3 +393,54 @@ async fn sigterm_closes_half_sent_requests_at_once() {
     assert!(status.success(), "{status:?}");
     assert_eq!(fake.calls(), 1);
 }
+
+/// SIGTERM turns `/readyz` to 503 at once, while the listener keeps accepting and serving for
+/// `drain_delay`, so a load balancer sees the 503 and stops sending before any connection is
+/// refused; then the gateway stops and exits.
+#[tokio::test]
+async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let mut gateway = Spawned::start("drain_delay = \"3s\"", &upstream_config(&fake), None);
+    let client = client();
+    let ready = client
+        .get(format!("{}/readyz", gateway.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    gateway.terminate();
+    // The signal lands at some point: ask until /readyz says so, each time on a new
+    // connection, as a load balancer's checks come.
+    let mut seen = None;
+    for _ in 0..10_000 {
+        let fresh = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        let answer = fresh
+            .get(format!("{}/readyz", gateway.url()))
+            .send()
+            .await
+            .expect("still accepting while /readyz says 503");
+        if answer.status() == 503 {
+            seen = Some(answer.text().await.unwrap());
+            break;
+        }
+    }
+    let body = seen.expect("/readyz turned 503");
+    assert!(body.contains("draining"), "{body}");
+    // Still within the drain delay: a new connection is accepted and its request served.
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let served = fresh
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat("r"))
+        .send()
+        .await
+        .expect("accepted during the drain delay");
+    assert_eq!(served.status(), 200);
+    let status = gateway.exit_within(BOUND).await.expect("the gateway exits");
+    assert!(status.success(), "{status:?}");
+}

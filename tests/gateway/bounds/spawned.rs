@@ -29,8 +29,14 @@ impl Spawned {
         } else {
             "[store]\nurl = \"sqlite::memory:\"\n"
         };
+        // No drain delay unless the test asks for one: it has no load balancer to tell.
+        let drain = if server.contains("drain_delay") {
+            ""
+        } else {
+            "drain_delay = \"0s\"\n"
+        };
         let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n{server}\n[auth]\nrequired = false\n{store}{rest}"
+            "[server]\nlisten = \"127.0.0.1:0\"\n{drain}{server}\n[auth]\nrequired = false\n{store}{rest}"
         );
         std::fs::write(&config, text).expect("config written");
         let mut command = match nofile {
