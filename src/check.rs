@@ -110,7 +110,8 @@ pub fn warnings(config: &Config) -> Vec<String> {
         .collect()
 }
 
-/// Opens the store and, when the limits use Redis, sends it a PING: what `serve` will need.
+/// Opens the store and sends a PING to each Redis the config names (the limiter's, when
+/// limits use Redis, and the cluster's): what `serve` will need.
 pub async fn connect(config: &Config) -> Result<(), ConnectError> {
     if let Some(path) = config.store.url.strip_prefix("sqlite://")
         && !std::path::Path::new(path).exists()
@@ -118,42 +119,66 @@ pub async fn connect(config: &Config) -> Result<(), ConnectError> {
         return Err(ConnectError::NoStoreFile(path.to_owned()));
     }
     Store::open(&config.store.url).await?.generation().await?;
-    if config.limits.backend == LimitBackend::Redis {
-        let url = config.limits.redis_url.as_str();
-        // The URL may carry a password: only its host and port are shown.
-        let shown = url::Url::parse(url).map_or_else(
-            |_| "the configured URL".to_owned(),
-            |u| {
-                format!(
-                    "{}:{}",
-                    u.host_str().unwrap_or(""),
-                    u.port().unwrap_or(6379)
-                )
-            },
-        );
-        let fail = |why: String| ConnectError::Redis {
-            url: shown.clone(),
-            why,
-        };
-        let client = redis::Client::open(url).map_err(|e| fail(e.to_string()))?;
-        let ping = async {
-            let mut connection = client.get_multiplexed_async_connection().await?;
-            redis::cmd("PING")
-                .query_async::<String>(&mut connection)
-                .await
-        };
-        match tokio::time::timeout(Duration::from_secs(3), ping).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(fail(e.to_string())),
-            Err(_) => return Err(fail("no answer in 3 s".into())),
-        }
+    let limits =
+        (config.limits.backend == LimitBackend::Redis).then_some(config.limits.redis_url.as_str());
+    let cluster = config.cluster.redis_url.as_deref();
+    ping_redis(limits).await?;
+    if cluster != limits {
+        ping_redis(cluster).await?;
     }
     Ok(())
+}
+
+/// Sends `url`'s Redis a PING, if there is one, within 3 s.
+async fn ping_redis(url: Option<&str>) -> Result<(), ConnectError> {
+    let Some(url) = url else {
+        return Ok(());
+    };
+    // The URL may carry a password: only its host and port are shown.
+    let shown = url::Url::parse(url).map_or_else(
+        |_| "the configured URL".to_owned(),
+        |u| {
+            format!(
+                "{}:{}",
+                u.host_str().unwrap_or(""),
+                u.port().unwrap_or(6379)
+            )
+        },
+    );
+    let fail = |why: String| ConnectError::Redis {
+        url: shown.clone(),
+        why,
+    };
+    let client = redis::Client::open(url).map_err(|e| fail(e.to_string()))?;
+    let ping = async {
+        let mut connection = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+    };
+    match tokio::time::timeout(Duration::from_secs(3), ping).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(fail(e.to_string())),
+        Err(_) => Err(fail("no answer in 3 s".into())),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn connect_pings_the_clusters_redis_too() {
+        // Limits in memory, breakers shared through a Redis nothing listens for.
+        let config = Config::parse(
+            "[store]\nurl = \"sqlite::memory:\"\n\
+             [cluster]\nredis_url = \"redis://:hunter2@127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        let error = connect(&config).await.unwrap_err().to_string();
+        assert!(error.contains("127.0.0.1:1"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
 
     #[test]
     fn reports_each_route_with_its_worst_case() {
