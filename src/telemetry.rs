@@ -44,8 +44,13 @@ pub enum Outcome {
     Fallback,
     /// Every step failed; the route's canned answer was served.
     Degraded,
-    /// The client got an error, or a stream that broke after it began.
+    /// The client got an error of the gateway's or a provider's making, or a stream that
+    /// broke after it began.
     Error,
+    /// The client's own mistake (a 4xx other than 429: a model no route serves, a malformed
+    /// body, a provider's 4xx returned as is): not the gateway's error, kept out of
+    /// availability.
+    ClientError,
     /// Refused before routing: authentication or rate limits.
     Rejected,
     /// Not a client's request: the gateway's own active health check of an open breaker.
@@ -60,6 +65,7 @@ impl Outcome {
             Outcome::Fallback => "fallback",
             Outcome::Degraded => "degraded",
             Outcome::Error => "error",
+            Outcome::ClientError => "client_error",
             Outcome::Rejected => "rejected",
             Outcome::HealthCheck => "health_check",
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -291,7 +291,8 @@ async fn route_json(
         }
         ChainEnd::Returned { step, reply } => {
             guard.record().error = last_failure(&run);
-            (upstream_response(reply), Some((step, Outcome::Error)))
+            let outcome = failed_by(reply.status);
+            (upstream_response(reply), Some((step, outcome)))
         }
         ChainEnd::Exhausted => {
             return exhausted(&prepared.route, run, guard, &attempter.request, false);
@@ -367,11 +368,12 @@ async fn route_stream(
         }
         ChainEnd::Returned { step, reply } => {
             guard.record().error = last_failure(&run);
+            let outcome = failed_by(reply.status);
             finish(
                 upstream_response(reply),
                 &prepared.route,
                 &run,
-                Some((step, Outcome::Error)),
+                Some((step, outcome)),
                 guard,
             )
         }
@@ -641,13 +643,23 @@ fn set_request_id(headers: &mut HeaderMap, id: &str) {
     }
 }
 
+/// The outcome of a request that failed with `status`: the client's own mistake for a 4xx
+/// (but a 429, which a provider's or our own limit causes), else an error.
+fn failed_by(status: StatusCode) -> Outcome {
+    if status.is_client_error() && status != StatusCode::TOO_MANY_REQUESTS {
+        Outcome::ClientError
+    } else {
+        Outcome::Error
+    }
+}
+
 /// Refuses a request before routing, with one log row like any other request.
 fn refuse(mut guard: RecordGuard, error: ApiError, format: ClientFormat) -> Response {
     let kind = error.kind();
     let outcome = if error.is_rejection() {
         Outcome::Rejected
     } else {
-        Outcome::Error
+        failed_by(error.status())
     };
     let mut response = error.into_response_for(format);
     let record = guard.record();

@@ -122,11 +122,12 @@ fn write_rows(
 }
 
 /// The outcomes `--outcome` accepts.
-pub const OUTCOMES: [&str; 6] = [
+pub const OUTCOMES: [&str; 7] = [
     "success",
     "fallback",
     "degraded",
     "error",
+    "client_error",
     "rejected",
     "health_check",
 ];

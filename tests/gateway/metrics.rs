@@ -425,3 +425,37 @@ async fn a_flood_of_401s_from_one_address_writes_a_bounded_number_of_rows() {
         "each refusal is logged or counted"
     );
 }
+
+/// A client's mistake (a model no route serves, a malformed body, a 4xx the provider returns
+/// as is) is outcome `client_error`, apart from the gateway's own errors, so error-rate alerts
+/// do not fire on typos.
+#[tokio::test]
+async fn a_clients_mistake_is_a_client_error_not_the_gateways() {
+    let fake = FakeUpstream::new("up")
+        .then(switchyard::fake::Behavior::status(422))
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "{}{}{OBSERVABILITY}",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    ))
+    .await;
+    let typo = post(&gateway, &chat("no-such-route")).await;
+    assert_eq!(typo.status(), 404);
+    let returned = post(&gateway, &chat("r")).await;
+    assert_eq!(returned.status(), 422);
+    assert_eq!(header(&returned, "x-switchyard-outcome"), "client_error");
+    let id = header(&returned, "x-switchyard-request-id").to_owned();
+    let row = record(&gateway, &id).await;
+    assert_eq!(row.outcome, switchyard::telemetry::Outcome::ClientError);
+    let text = scrape(&gateway).await;
+    let outcomes: Vec<String> = series(&text)
+        .into_iter()
+        .filter(|(family, _)| family == "switchyard_requests")
+        .filter_map(|(_, labels)| labels.get("outcome").cloned())
+        .collect();
+    assert!(outcomes.iter().any(|o| o == "client_error"), "{outcomes:?}");
+    assert!(!outcomes.iter().any(|o| o == "error"), "{outcomes:?}");
+}
