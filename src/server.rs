@@ -318,6 +318,18 @@ impl Shared {
         self.live.load_full()
     }
 
+    /// The providers that need a key and have none usable now (none stored, all expired, or
+    /// all benched after a 401/403), in config order.
+    pub fn providers_without_usable_key(&self) -> Vec<String> {
+        let live = self.live();
+        live.config
+            .providers
+            .iter()
+            .filter(|p| p.key_required && self.keys.ring.usable(&p.id, &[]).is_empty())
+            .map(|p| p.id.to_string())
+            .collect()
+    }
+
     /// Loads keys changed in the store (by the admin API, the CLI or another instance).
     pub async fn reload(&self, generation: i64) -> Result<(), StartError> {
         let _one_at_a_time = self.store_reloads.lock().await;
@@ -744,8 +756,13 @@ async fn readyz(State(state): State<AppState>) -> Response {
             "error": store_problem,
         },
         "log": log,
-        // Provider-key rows that do not decrypt are skipped; the rest keep reloading.
-        "keys": { "unreadable_rows": state.keys.unreadable_rows() },
+        // Provider-key rows that do not decrypt are skipped; the rest keep reloading. A
+        // provider with no usable key leaves the instance ready (its steps are skipped and
+        // the chain falls back, on every instance alike), but it is named here.
+        "keys": {
+            "unreadable_rows": state.keys.unreadable_rows(),
+            "providers_without_usable_key": state.providers_without_usable_key(),
+        },
         // Breakers that cannot be shared still protect this instance, so this is detail
         // only: the instance stays in rotation.
         "breakers": breakers_readiness(&state),

@@ -26,12 +26,7 @@ pub(super) fn announce(state: &AppState, addr: SocketAddr, admin: Option<SocketA
         ),
     };
     tracing::info!("limits: {limiter}");
-    let without_key: Vec<&str> = config
-        .providers
-        .iter()
-        .filter(|p| p.key_required && state.keys.ring.usable(&p.id, &[]).is_empty())
-        .map(|p| p.id.as_str())
-        .collect();
+    let without_key = state.providers_without_usable_key();
     if without_key.is_empty() {
         tracing::info!("provider keys: from the store; every provider that needs one has one");
     } else {

@@ -212,3 +212,45 @@ async fn admin_key_bodies_are_json_whatever_their_content_type() {
     let body: Value = serde_json::from_str(&text).unwrap();
     assert!(body["error"]["message"].as_str().unwrap().contains("JSON"));
 }
+
+/// `/readyz` stays ready when a provider has no usable key (its steps are skipped and the
+/// chain falls back, on every instance alike), but its detail names that provider, until a
+/// key is put.
+#[tokio::test]
+async fn readyz_names_the_providers_without_a_usable_key() {
+    let keyed = FakeUpstream::new("keyed").start().await.unwrap();
+    let open = FakeUpstream::new("open").start().await.unwrap();
+    let gateway = admin_gateway(&format!(
+        "{}{}{}",
+        keyed_provider("keyed", &keyed),
+        provider("open", &open),
+        route("r", &[("keyed", "m"), ("open", "m")], "")
+    ))
+    .await;
+    let readyz = async || -> (u16, Value) {
+        let response = client()
+            .get(format!("{}/readyz", gateway.url()))
+            .send()
+            .await
+            .unwrap();
+        (response.status().as_u16(), response.json().await.unwrap())
+    };
+    let (status, ready) = readyz().await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(
+        ready["keys"]["providers_without_usable_key"],
+        json!(["keyed"]),
+        "{ready}"
+    );
+    gateway
+        .put_provider_key("keyed", "main", "sk-keyed-key-1234")
+        .await
+        .unwrap();
+    let (_, ready) = readyz().await;
+    assert_eq!(
+        ready["keys"]["providers_without_usable_key"],
+        json!([]),
+        "{ready}"
+    );
+}
