@@ -290,6 +290,23 @@ impl Store {
         }
     }
 
+    /// A number the gateway keeps beside its data under `key` (never a secret); `None`
+    /// until one is set.
+    pub async fn meta_value(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        match self {
+            Store::Sqlite(store) => store.meta_value(key).await,
+            Store::Postgres(store) => store.meta_value(key).await,
+        }
+    }
+
+    /// Sets [`Store::meta_value`]'s number under `key`.
+    pub async fn set_meta_value(&self, key: &str, value: i64) -> Result<(), StoreError> {
+        match self {
+            Store::Sqlite(store) => store.set_meta_value(key, value).await,
+            Store::Postgres(store) => store.set_meta_value(key, value).await,
+        }
+    }
+
     /// The master key's check value, stored on first use and compared ever after.
     pub async fn master_key_check(&self, fresh: Sealed) -> Result<Sealed, StoreError> {
         match self {

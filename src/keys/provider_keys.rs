@@ -113,23 +113,47 @@ impl ProviderKeys {
         }
     }
 
-    /// Puts `api_key_env` keys in the store as id `env`, unless the same secret is already there.
+    /// Seeds `api_key_env` keys into the store as id `env`, only where that cannot undo a
+    /// change made since: when the provider has no key in the store at all, or when the
+    /// environment's value itself changed since it was last seeded. A fingerprint of the
+    /// value seeded last (8 bytes of a SHA-256, never the value) is kept in the store for
+    /// that. Says at start, for each provider, which it did.
     pub async fn seed_from_env(&self, config: &Config) -> Result<(), KeyError> {
         let current = self.open_current().await?;
         for provider in &config.providers {
             let Some(var) = &provider.api_key_env else {
                 continue;
             };
-            let Some(secret) = std::env::var(var).ok().filter(|v| !v.is_empty()) else {
+            let Some(secret) = std::env::var(var).ok().filter(|v| !v.trim().is_empty()) else {
                 tracing::warn!(provider = %provider.id, env = %var, "api_key_env is not set");
                 continue;
             };
-            let unchanged = current
-                .get(&(provider.id.to_string(), "env".to_owned()))
-                .is_some_and(|s| s.expose() == secret);
-            if !unchanged {
-                self.put(provider.id.as_str(), "env", &secret, 1, None)
-                    .await?;
+            let name = provider.id.as_str();
+            let fingerprint = seed_fingerprint(name, secret.trim());
+            let meta = format!("env_seed:{name}");
+            let seeded_last = self.store.meta_value(&meta).await?;
+            let has_keys = current.keys().any(|(p, _)| p == name);
+            let seed = match (has_keys, seeded_last) {
+                (false, _) => Some("the store had no key for it"),
+                (true, Some(last)) if last != fingerprint => {
+                    Some("its value changed since it was last seeded")
+                }
+                (true, _) => None,
+            };
+            match seed {
+                Some(why) => {
+                    self.put(name, "env", &secret, 1, None).await?;
+                    tracing::info!(provider = %name, env = %var, "seeded its key from {var}: {why}");
+                }
+                None => tracing::info!(
+                    provider = %name,
+                    env = %var,
+                    "kept the store's keys: {var} is unchanged since it was last seeded \
+                     (a key rotated or rolled back since stands)"
+                ),
+            }
+            if seeded_last != Some(fingerprint) {
+                self.store.set_meta_value(&meta, fingerprint).await?;
             }
         }
         Ok(())
@@ -417,6 +441,21 @@ pub fn mask(secret: &str) -> String {
     }
     let tail: String = chars[chars.len() - 4..].iter().collect();
     format!("****{tail}")
+}
+
+/// What the store keeps of the `api_key_env` value it seeded last: 8 bytes of a SHA-256 over
+/// the provider and the value, enough to tell a changed value, and nothing to recover it by.
+fn seed_fingerprint(provider: &str, secret: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(b"switchyard api_key_env seed\0")
+        .chain_update(provider.as_bytes())
+        .chain_update([0])
+        .chain_update(secret.as_bytes())
+        .finalize();
+    let mut first = [0; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
 }
 
 #[cfg(test)]

@@ -219,6 +219,32 @@ async fn the_first_master_key_check_value_is_kept() {
 }
 
 #[tokio::test]
+async fn meta_values_are_set_replaced_and_leave_the_generation_alone() {
+    for (backend, store, _db) in backends("meta_values_are_set_replaced").await {
+        let generation = store.generation().await.unwrap();
+        assert_eq!(
+            store.meta_value("env_seed:a").await.unwrap(),
+            None,
+            "{backend}"
+        );
+        store.set_meta_value("env_seed:a", i64::MIN).await.unwrap();
+        store.set_meta_value("env_seed:b", 7).await.unwrap();
+        store.set_meta_value("env_seed:a", -3).await.unwrap();
+        assert_eq!(
+            store.meta_value("env_seed:a").await.unwrap(),
+            Some(-3),
+            "{backend}"
+        );
+        assert_eq!(
+            store.meta_value("env_seed:b").await.unwrap(),
+            Some(7),
+            "{backend}"
+        );
+        assert_eq!(store.generation().await.unwrap(), generation, "{backend}");
+    }
+}
+
+#[tokio::test]
 async fn log_rows_round_trip_filter_and_purge() {
     for (backend, store, _db) in backends("log_rows_round_trip_filter_and_purge").await {
         let rows = vec![

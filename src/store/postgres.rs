@@ -234,6 +234,26 @@ impl PgStore {
         Ok(changed > 0)
     }
 
+    pub async fn meta_value(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt("SELECT value FROM meta WHERE key = $1", &[&key])
+            .await?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    pub async fn set_meta_value(&self, key: &str, value: i64) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO meta (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                &[&key, &value],
+            )
+            .await?;
+        Ok(())
+    }
+
     pub async fn generation(&self) -> Result<i64, StoreError> {
         let client = self.client().await?;
         let row = client

@@ -359,6 +359,31 @@ impl SqliteStore {
         .await
     }
 
+    pub async fn meta_value(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        let key = key.to_owned();
+        self.with(move |connection| {
+            Ok(connection
+                .query_row("SELECT value FROM meta WHERE key = ?1", [&key], |r| {
+                    r.get(0)
+                })
+                .optional()?)
+        })
+        .await
+    }
+
+    pub async fn set_meta_value(&self, key: &str, value: i64) -> Result<(), StoreError> {
+        let key = key.to_owned();
+        self.with(move |connection| {
+            connection.execute(
+                "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                rusqlite::params![key, value],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
     pub async fn generation(&self) -> Result<i64, StoreError> {
         self.with(|connection| {
             let value = connection

@@ -408,3 +408,68 @@ async fn a_key_refused_once_is_reported_benched_not_missing() {
     assert!(!message.contains("no_key"), "{message}");
     assert_eq!(fake.calls(), 1, "the benched key is not sent again");
 }
+
+/// Puts `secret` as `provider`'s key `id` through the CLI, as an operator rotates one.
+fn cli_put(config: &std::path::Path, provider: &str, id: &str, secret: &str) {
+    let mut put = std::process::Command::new(super::process::BIN)
+        .args(["keys", "put", "--config"])
+        .arg(config)
+        .args([provider, "--id", id])
+        .env_remove("SWITCHYARD_MASTER_KEY")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut put.stdin.take().unwrap(),
+        format!("{secret}\n").as_bytes(),
+    )
+    .unwrap();
+    assert!(put.wait().unwrap().success());
+}
+
+/// A restart must not undo a rotation: `api_key_env` seeds the store only when it holds no
+/// key for the provider, or when the environment's value changed since it was last seeded.
+#[tokio::test]
+async fn a_restart_keeps_a_rotated_key_and_a_changed_environment_seeds_again() {
+    use super::process::{TempDir, serve_with};
+    const OLD: &str = "sk-from-the-env-file-0001";
+    const ROTATED: &str = "sk-rotated-by-the-cli-0002";
+    const NEW: &str = "sk-changed-in-the-env-0003";
+    let rotated_only = FakeUpstream::new("up")
+        .require_key(ROTATED)
+        .start()
+        .await
+        .unwrap();
+    let dir = TempDir::new();
+    let config = dir.0.join("switchyard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\ndrain_delay = \"0s\"\n[auth]\nrequired = false\n\
+             [store]\nurl = \"sqlite://{}\"\n\
+             [[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"UP_KEY\"\n{}",
+            dir.0.join("switchyard.db").display(),
+            rotated_only.base_url(),
+            route("r", &[("up", "m")], "")
+        ),
+    )
+    .unwrap();
+    let status = async |env: &str| {
+        let served = serve_with(&dir.0, &config, &[("UP_KEY", env)]);
+        let response = client()
+            .post(format!("{}/v1/chat/completions", served.url))
+            .json(&chat("r"))
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+    // First start: the store has no key, so OLD is seeded (and refused by this upstream).
+    assert_eq!(status(OLD).await, 503);
+    cli_put(&config, "up", "env", ROTATED);
+    // The environment file still says OLD: the rotated key stands, and serves.
+    assert_eq!(status(OLD).await, 200, "the rotated key is sent");
+    assert_eq!(status(OLD).await, 200, "and still after another restart");
+    // The operator changes the environment itself: that is seeded.
+    assert_eq!(status(NEW).await, 503, "the changed value is seeded");
+}
