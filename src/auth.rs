@@ -152,6 +152,21 @@ impl Directory {
         Ok(())
     }
 
+    /// Whether `headers` offer a virtual key (`sy-…`) this directory neither holds nor holds
+    /// as revoked: one made since the last load, perhaps, which the store may already have.
+    pub fn offers_unknown_key(&self, headers: &HeaderMap) -> bool {
+        let Some(offered) = credential(headers).filter(|k| k.starts_with(KEY_PREFIX)) else {
+            return false;
+        };
+        let hash = hash_key(offered);
+        !self.keys.load().contains_key(&hash) && !self.revoked.load().contains(&hash)
+    }
+
+    /// The store generation whose keys are loaded.
+    pub fn loaded_generation(&self) -> i64 {
+        *self.loaded.borrow()
+    }
+
     /// Recognises the caller from `Authorization: Bearer` or `x-api-key`.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthFailure> {
         let offered = credential(headers);
@@ -208,12 +223,15 @@ pub struct KeyRequest {
     pub limits: LimitOverrides,
 }
 
+/// What every virtual key starts with.
+pub const KEY_PREFIX: &str = "sy-";
+
 /// Makes a new key: `sy-` and 32 random bytes in base64url (43 characters).
 pub fn issue(request: KeyRequest) -> Result<IssuedKey, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
     let key = format!(
-        "sy-{}",
+        "{KEY_PREFIX}{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
     );
     let record = VirtualKey {

@@ -119,6 +119,9 @@ pub struct Shared {
     /// the older keys in place until the next change: an admin change not in effect when
     /// its answer said it was.
     store_reloads: tokio::sync::Mutex<()>,
+    /// When the last look in the store for an unknown virtual key began; held while one runs
+    /// (see [`Shared::look_up_unknown_key`]).
+    key_catch_up: tokio::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Deref for AppState {
@@ -302,6 +305,7 @@ impl AppState {
             scorecards,
             unauthorized_rows: flood::UnauthorizedRows::new(unauthorized_rows),
             store_reloads: tokio::sync::Mutex::new(()),
+            key_catch_up: tokio::sync::Mutex::new(None),
         };
         let shared = Arc::new(shared);
         // Seeding may have moved the generation; the watcher's first poll catches up.
@@ -338,6 +342,34 @@ impl Shared {
         // provider keys and virtual keys both current.
         self.directory.reload(&self.store, generation).await?;
         Ok(())
+    }
+
+    /// When `headers` offer a virtual key unknown here, looks in the store for keys made
+    /// since the last load (by `vkeys create` a moment ago, say), before the key is refused.
+    /// Looks are one at a time, and a request that waited for one begun after it arrived
+    /// takes that one's answer: a flood of unknown keys keeps at most one cheap query in
+    /// flight (the store's generation), and the known keys' requests never wait on it.
+    pub async fn look_up_unknown_key(&self, headers: &axum::http::HeaderMap) {
+        if !self.directory.offers_unknown_key(headers) {
+            return;
+        }
+        let arrived = tokio::time::Instant::now();
+        let mut last_begun = self.key_catch_up.lock().await;
+        if last_begun.is_some_and(|begun| begun >= arrived) {
+            return;
+        }
+        *last_begun = Some(tokio::time::Instant::now());
+        let timeout = self.live().config.store.timeout;
+        let loaded = self.directory.loaded_generation();
+        let generation = match tokio::time::timeout(timeout, self.store.generation()).await {
+            Ok(Ok(generation)) if generation > loaded => generation,
+            _ => return,
+        };
+        match tokio::time::timeout(timeout, self.reload(generation)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot load the store's new keys"),
+            Err(_) => tracing::warn!("loading the store's new keys timed out"),
+        }
     }
 
     /// Reloads now, after a change this gateway made itself.

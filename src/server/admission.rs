@@ -15,11 +15,14 @@ pub const FORCE_FALLBACK: &str = "x-switchyard-force-fallback";
 const FORCE_FALLBACK_HEADER: HeaderName = HeaderName::from_static(FORCE_FALLBACK);
 
 /// Recognises the caller and notes them in the request's record.
-pub fn authenticate(
+pub async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     guard: &mut RecordGuard,
 ) -> Result<Caller, ApiError> {
+    // A key made a moment ago may be in the store before the watcher loads it: look there
+    // before refusing it (or, without required auth, before taking its caller as anonymous).
+    state.look_up_unknown_key(headers).await;
     let caller = state
         .directory
         .authenticate(headers)

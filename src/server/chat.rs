@@ -98,7 +98,7 @@ async fn serve(
     id: String,
 ) -> Response {
     let format = endpoint.format;
-    let caller = match admission::authenticate(state, headers, &mut guard) {
+    let caller = match admission::authenticate(state, headers, &mut guard).await {
         Ok(caller) => caller,
         Err(error) => return unauthenticated(state, peer, guard, error, format),
     };

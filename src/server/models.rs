@@ -39,7 +39,7 @@ pub async fn list(
         };
         return error.into_response_for(format);
     };
-    let usable = match usable(&state, &headers) {
+    let usable = match usable(&state, &headers).await {
         Ok(usable) => usable,
         Err(error) => return error.into_response_for(format),
     };
@@ -57,7 +57,7 @@ pub async fn one(
     Path(id): Path<String>,
 ) -> Response {
     let format = format_of(&headers);
-    let usable = match usable(&state, &headers) {
+    let usable = match usable(&state, &headers).await {
         Ok(usable) => usable,
         Err(error) => return error.into_response_for(format),
     };
@@ -120,7 +120,8 @@ fn anthropic_page(ids: &[String], page: &Page) -> Value {
 
 /// The routes, then each route step's `provider/model`, that `[auth] direct_models`, the
 /// caller's role and its key allow.
-fn usable(state: &AppState, headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
+async fn usable(state: &AppState, headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
+    state.look_up_unknown_key(headers).await;
     let caller = state.directory.authenticate(headers).map_err(|_| {
         ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
     })?;

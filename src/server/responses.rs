@@ -79,7 +79,8 @@ fn scope(caller: &Caller) -> String {
     }
 }
 
-fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    state.look_up_unknown_key(headers).await;
     state.directory.authenticate(headers).map_err(|_| {
         ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
     })
@@ -100,7 +101,7 @@ pub async fn retrieve(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let caller = match caller(&state, &headers) {
+    let caller = match caller(&state, &headers).await {
         Ok(caller) => caller,
         Err(error) => return error.into_response(),
     };
@@ -122,7 +123,7 @@ pub async fn delete(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Response {
-    let caller = match caller(&state, &headers) {
+    let caller = match caller(&state, &headers).await {
         Ok(caller) => caller,
         Err(error) => return error.into_response(),
     };

@@ -513,3 +513,29 @@ async fn the_cli_and_the_api_share_keys_and_refuse_the_same_requests() {
     gateway.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A key put in the store behind the gateway's back (as `switchyard vkeys create` does) works
+/// on the very next request: an unknown key is looked up in the store before a 401, rather
+/// than refused until the store watcher's next poll.
+#[tokio::test]
+async fn a_key_made_in_the_store_works_on_the_very_next_request() {
+    let (_primary, _secondary, gateway) = started().await;
+    for user in ["ana", "bo", "cy", "di", "ed"] {
+        let issued = switchyard::auth::issue(switchyard::auth::KeyRequest {
+            user: user.into(),
+            role: "ae".into(),
+            permissions: Vec::new(),
+            models: None,
+            limits: switchyard::store::LimitOverrides::default(),
+        })
+        .unwrap();
+        gateway
+            .store()
+            .insert_virtual_key(issued.record)
+            .await
+            .unwrap();
+        assert_eq!(call(&gateway, &issued.key, "r").await, 200, "{user}");
+    }
+    // A key that is nowhere is still refused.
+    assert_eq!(call(&gateway, "sy-not-a-key-anywhere", "r").await, 401);
+}
