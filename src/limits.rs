@@ -382,6 +382,15 @@ impl Limits {
         self.health.problem().is_none()
     }
 
+    /// Concurrency slots whose release failed while the backend was away, kept to be sent
+    /// again once it answers.
+    pub fn pending_releases(&self) -> usize {
+        match &self.backend {
+            Backend::Memory(_) => 0,
+            Backend::Redis { shared, .. } => shared.pending_releases(),
+        }
+    }
+
     /// Why the backend is unhealthy, in words safe to show anyone.
     pub fn problem(&self) -> Option<&'static str> {
         self.health.problem()

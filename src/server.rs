@@ -780,6 +780,8 @@ async fn readyz(State(state): State<AppState>) -> Response {
                 FailMode::Open => "open",
                 FailMode::Closed => "closed",
             },
+            // Releases that failed while Redis was away, sent again once it answers.
+            "pending_releases": limits.pending_releases(),
         },
         // Requests are still served from cached keys while the store is down, so this
         // degrades readiness without taking the instance out of rotation.

@@ -11,7 +11,8 @@
 mod scripts;
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -27,6 +28,42 @@ use scripts::{ADMIT, CHARGE, RENEW};
 const TIMEOUT: Duration = Duration::from_millis(500);
 /// How long an admission's marker lives: far longer than its one retry can take.
 const MARKER_TTL: Duration = Duration::from_secs(10);
+/// The most releases kept for replay while Redis is away; past it, the slots' leases free
+/// them, as before there was a replay.
+const MAX_PENDING_RELEASES: usize = 100_000;
+
+/// Releases that failed while Redis was away, kept to be sent again once it answers: a
+/// release is idempotent (it removes the request's own slot), so sending one twice is safe.
+#[derive(Default)]
+struct PendingReleases {
+    slots: Mutex<Vec<(Arc<str>, Arc<str>)>>,
+    /// How many are kept, read without the lock on every admission.
+    count: AtomicUsize,
+}
+
+impl PendingReleases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Arc<str>, Arc<str>)>> {
+        // A poisoned lock only means a panic between two pushes; the list is still whole.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn keep(&self, slots: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) {
+        let mut kept = self.lock();
+        for slot in slots {
+            if kept.len() >= MAX_PENDING_RELEASES {
+                break;
+            }
+            kept.push(slot);
+        }
+        self.count.store(kept.len(), Ordering::Relaxed);
+    }
+
+    fn take(&self) -> Vec<(Arc<str>, Arc<str>)> {
+        let mut kept = self.lock();
+        self.count.store(0, Ordering::Relaxed);
+        std::mem::take(&mut *kept)
+    }
+}
 
 /// Counters in Redis, shared by every instance that names the same Redis and prefix.
 #[derive(Clone)]
@@ -38,6 +75,7 @@ pub struct RedisLimiter {
     admit: Arc<Script>,
     renew: Arc<Script>,
     charge: Arc<Script>,
+    pending: Arc<PendingReleases>,
 }
 
 /// Redis did not answer in time, or answered with an error.
@@ -93,6 +131,7 @@ impl RedisLimiter {
             admit: Arc::new(Script::new(ADMIT)),
             renew: Arc::new(Script::new(RENEW)),
             charge: Arc::new(Script::new(CHARGE)),
+            pending: Arc::default(),
         })
     }
 
@@ -128,8 +167,42 @@ impl RedisLimiter {
             let ping = &ping;
             async move { ping.query_async::<String>(&mut c).await }
         })
-        .await
-        .map(drop)
+        .await?;
+        self.replay_releases().await;
+        Ok(())
+    }
+
+    /// Releases kept because they failed while Redis was away, not yet sent again.
+    pub fn pending_releases(&self) -> usize {
+        self.pending.count.load(Ordering::Relaxed)
+    }
+
+    /// Sends the kept releases again, in one round trip; those that fail again are kept.
+    async fn replay_releases(&self) {
+        if self.pending_releases() == 0 {
+            return;
+        }
+        let slots = self.pending.take();
+        let mut pipe = redis::pipe();
+        for (user, id) in &slots {
+            pipe.cmd("ZREM")
+                .arg(self.key(user, "inflight"))
+                .arg(&**id)
+                .ignore();
+        }
+        let sent = self
+            .run(|mut c| {
+                let pipe = &pipe;
+                async move { pipe.query_async::<()>(&mut c).await }
+            })
+            .await;
+        match sent {
+            Ok(()) => tracing::info!(
+                releases = slots.len(),
+                "redis answers again: released the slots of requests that ended while it was away"
+            ),
+            Err(_) => self.pending.keep(slots),
+        }
     }
 
     /// Admits or refuses, in one script run. Run again for the same `id`, it returns the
@@ -140,6 +213,8 @@ impl RedisLimiter {
         quota: Quota,
         id: &str,
     ) -> Result<Decision, RedisFailure> {
+        // Slots freed while Redis was away go back before anyone is counted against them.
+        self.replay_releases().await;
         let mut invocation = self.admit.prepare_invoke();
         invocation
             .key(self.key(user, "requests"))
@@ -260,8 +335,8 @@ impl RedisLimiter {
         }
     }
 
-    /// Frees request `id`'s concurrency slot, if it holds one; if this fails, the slot's
-    /// lease expires it.
+    /// Frees request `id`'s concurrency slot, if it holds one; if this fails, the release
+    /// is kept and sent again once Redis answers (and the slot's lease expires it meanwhile).
     pub async fn release(&self, user: &str, id: &str) {
         let command = redis::cmd("ZREM")
             .arg(self.key(user, "inflight"))
@@ -277,8 +352,9 @@ impl RedisLimiter {
             tracing::warn!(
                 user,
                 error = e.class(),
-                "could not release a concurrency slot in redis"
+                "could not release a concurrency slot in redis: kept to send again"
             );
+            self.pending.keep([(Arc::from(user), Arc::from(id))]);
         }
     }
 }

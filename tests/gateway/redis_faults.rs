@@ -362,3 +362,65 @@ async fn the_health_check_ends_with_the_gateway() {
         .await
         .expect("the gateway's Redis connection closes");
 }
+
+/// Streams that end while the link to Redis is down cannot release their slots then; the
+/// releases are kept and replayed once Redis answers, so the user is not locked out until the
+/// slots' 30 s leases run out.
+#[tokio::test]
+async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
+    let Some(server) = RedisServer::start("releases_missed_while_redis_was_away") else {
+        return;
+    };
+    let proxy = Proxy::start(redis_addr(&server)).await;
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(100, 50))
+        .cycle()
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&config(
+        &fake,
+        &proxy.url(),
+        "closed",
+        "max_concurrent = 3",
+        "",
+    ))
+    .await;
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let stream = post(&gateway, &chat_stream("smart")).await;
+        assert_eq!(stream.status(), 200);
+        let mut body = stream.bytes_stream();
+        body.next().await.unwrap().unwrap();
+        streams.push(body);
+    }
+    assert_eq!(
+        status(&gateway).await,
+        429,
+        "three streams hold the three slots"
+    );
+
+    // Redis stops answering; the three streams end meanwhile, and their releases fail.
+    proxy.freeze(true);
+    drop(streams);
+    let pending = async {
+        loop {
+            let (_, body) = readyz(&gateway).await;
+            if body["limits"]["pending_releases"] == 3 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, pending)
+        .await
+        .expect("the three failed releases are kept");
+
+    // Redis answers again: the very next request is admitted, far within the 30 s lease.
+    proxy.freeze(false);
+    proxy.cut();
+    let first = post(&gateway, &chat("smart")).await;
+    assert_eq!(first.status(), 200, "not locked out past the reconnect");
+    let (_, body) = readyz(&gateway).await;
+    assert_eq!(body["limits"]["pending_releases"], 0, "{body}");
+}
