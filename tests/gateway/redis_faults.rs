@@ -424,3 +424,68 @@ async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
     let (_, body) = readyz(&gateway).await;
     assert_eq!(body["limits"]["pending_releases"], 0, "{body}");
 }
+
+/// A Redis that answers every command 5 s late, under load: no request is held for Redis's
+/// delay (the limiter gives up at its own 500 ms timeout), `on_backend_error` decides the
+/// answer, `/readyz` says why, and everything comes back when Redis is quick again.
+async fn a_slow_redis_holds_no_request(fail: &str) {
+    let Some(server) = RedisServer::start(&format!("a_slow_redis_holds_no_request_{fail}")) else {
+        return;
+    };
+    let proxy = Proxy::start(redis_addr(&server)).await;
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = gateway(&config(
+        &fake,
+        &proxy.url(),
+        fail,
+        "requests_per_minute = 100000\nmax_concurrent = 1000",
+        "",
+    ))
+    .await;
+    assert_eq!(status(&gateway).await, 200);
+    const REDIS_DELAY: Duration = Duration::from_secs(5);
+    proxy.delay(REDIS_DELAY);
+    // 8 clients, 10 requests each, one after another.
+    let clients = (0..8).map(|_| async {
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            let started = std::time::Instant::now();
+            let status = status(&gateway).await;
+            seen.push((status, started.elapsed()));
+        }
+        seen
+    });
+    let expected = if fail == "open" { 200 } else { 503 };
+    for (status, took) in futures_util::future::join_all(clients)
+        .await
+        .into_iter()
+        .flatten()
+    {
+        assert!(
+            status == expected || status == 200,
+            "{status} with on_backend_error = {fail}"
+        );
+        assert!(
+            took < REDIS_DELAY,
+            "a request waited {took:?} on a slow Redis"
+        );
+    }
+    let body = readyz_until(&gateway, if fail == "open" { 200 } else { 503 }).await;
+    assert_eq!(body["limits"]["healthy"], false, "{body}");
+    assert_eq!(body["limits"]["error"], "no answer in time", "{body}");
+
+    proxy.delay(Duration::ZERO);
+    proxy.cut();
+    readyz_until(&gateway, 200).await;
+    assert_eq!(status(&gateway).await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_holds_no_request_when_failing_closed() {
+    a_slow_redis_holds_no_request("closed").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_holds_no_request_when_failing_open() {
+    a_slow_redis_holds_no_request("open").await;
+}

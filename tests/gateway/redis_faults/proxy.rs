@@ -25,6 +25,8 @@ struct Shared {
     /// While true, nothing is forwarded either way and new connections are left waiting: a
     /// server that hangs with its sockets open.
     frozen: watch::Sender<bool>,
+    /// How late each reply is passed on: a server that answers, slowly.
+    delay: watch::Sender<std::time::Duration>,
 }
 
 impl Shared {
@@ -50,6 +52,7 @@ impl Proxy {
             cuts: watch::Sender::new(0),
             lose: Mutex::new(None),
             frozen: watch::Sender::new(false),
+            delay: watch::Sender::new(std::time::Duration::ZERO),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
@@ -89,6 +92,11 @@ impl Proxy {
     /// Stops forwarding (`true`) or resumes (`false`), keeping every connection open.
     pub fn freeze(&self, frozen: bool) {
         self.shared.frozen.send_replace(frozen);
+    }
+
+    /// Passes each reply on `delay` late (zero: at once), keeping every connection open.
+    pub fn delay(&self, delay: std::time::Duration) {
+        self.shared.delay.send_replace(delay);
     }
 
     /// How many cuts there have been.
@@ -157,6 +165,10 @@ async fn pump(
                         return;
                     }
                     continue;
+                }
+                let delay = *shared.delay.borrow();
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
                 if client_write.write_all(&down[..n]).await.is_err() {
                     return;
