@@ -202,6 +202,9 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// Client connections served at once; `None` derives it from the file-descriptor limit.
     pub max_connections: Option<usize>,
+    /// The most client connections one address may hold; `None`: no cap of its own (behind a
+    /// load balancer every client has its address).
+    pub max_connections_per_ip: Option<usize>,
     /// How long shutdown waits for in-flight requests (streams above all) before ending them.
     pub shutdown_grace: Duration,
     /// How long after SIGTERM the listener still accepts, with `/readyz` already 503, so a

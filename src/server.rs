@@ -554,10 +554,16 @@ async fn serve_state(
             stopped.clone(),
         ))
     });
-    let capacity = listener::Capacity::for_clients(state.config().server.max_connections);
+    let server = &state.config().server;
+    let capacity =
+        listener::Capacity::for_clients(server.max_connections, server.max_connections_per_ip);
     tracing::info!(
         max_connections = capacity.max,
-        "serving at most this many client connections at once"
+        overflow = capacity.overflow,
+        max_connections_per_ip = capacity.per_ip,
+        open_files_limit = listener::descriptor_limit(),
+        "serving at most this many client connections at once; when full, the one idle longest \
+         closes to make room"
     );
     let open = state.open_connections.clone();
     let threads = state.config().server.threads;

@@ -115,6 +115,7 @@ pub struct RawServer {
     pub idle_timeout: Option<String>,
     pub body_timeout: Option<String>,
     pub max_connections: Option<u64>,
+    pub max_connections_per_ip: Option<u64>,
     pub shutdown_grace: Option<String>,
     pub drain_delay: Option<String>,
     pub max_upstream_body_bytes: Option<u64>,

@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
+pub mod roster;
 mod watchdog;
 
 use self::watchdog::{Activity, BodyAwaited, InFlight};
@@ -96,6 +97,7 @@ pub async fn serve(
     service: Service,
     timeouts: Timeouts,
     mut stop: watch::Receiver<bool>,
+    enrolled: &roster::Enrolled,
 ) {
     let activity = stream.activity.clone();
     let refused_unread = Arc::new(AtomicBool::new(false));
@@ -119,6 +121,13 @@ pub async fn serve(
             // Dropping the connection closes the socket; no answer is owed to a client
             // that sent no whole request.
             () = watchdog.as_mut() => return,
+            // The gateway is full and this connection has been idle longest: it closes to
+            // make room, unless a request began meanwhile.
+            () = enrolled.evicted() => {
+                if activity.idle_since().is_some() {
+                    return;
+                }
+            }
             _ = stop.wait_for(|stop| *stop), if !draining => {
                 // A connection with no whole request (idle, or a head or body half sent)
                 // holds no work: it closes at once rather than holding up the shutdown.

@@ -12,6 +12,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::AppState;
+use super::connection::roster::Roster;
 use super::connection::{self, ClientStream, Service, Timeouts};
 use super::shards::{Placed, Shards};
 
@@ -35,21 +36,25 @@ pub struct Capacity {
     /// Held beyond `max` to be answered 503 (or `/healthz`); past these, the listener stops
     /// accepting until one closes.
     pub overflow: usize,
+    /// The most connections one address may hold (`[server] max_connections_per_ip`).
+    pub per_ip: Option<usize>,
 }
 
 impl Capacity {
     /// The gateway's capacity: `[server] max_connections`, or what the descriptor limit allows.
-    pub fn for_clients(configured: Option<usize>) -> Capacity {
-        match configured {
+    pub fn for_clients(configured: Option<usize>, per_ip: Option<usize>) -> Capacity {
+        let capacity = match configured {
             Some(max) => Capacity {
                 max,
                 overflow: (max / 8).clamp(4, 1024),
+                per_ip: None,
             },
             None => {
                 let limit = descriptor_limit().unwrap_or(ASSUMED_DESCRIPTORS);
                 default_capacity(limit)
             }
-        }
+        };
+        Capacity { per_ip, ..capacity }
     }
 
     /// The admin listener's own, small capacity.
@@ -57,6 +62,7 @@ impl Capacity {
         Capacity {
             max: ADMIN_MAX_CONNECTIONS,
             overflow: 4,
+            per_ip: None,
         }
     }
 }
@@ -70,12 +76,13 @@ fn default_capacity(descriptor_limit: u64) -> Capacity {
     Capacity {
         max: clients.saturating_sub(overflow).max(1),
         overflow,
+        per_ip: None,
     }
 }
 
 /// The soft limit on open files (RLIMIT_NOFILE), if the system says.
 #[cfg(unix)]
-fn descriptor_limit() -> Option<u64> {
+pub fn descriptor_limit() -> Option<u64> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -86,7 +93,7 @@ fn descriptor_limit() -> Option<u64> {
 }
 
 #[cfg(not(unix))]
-fn descriptor_limit() -> Option<u64> {
+pub fn descriptor_limit() -> Option<u64> {
     None
 }
 
@@ -106,6 +113,7 @@ pub async fn serve(
         &state.config().server,
         state.config().retry.request_deadline,
     );
+    let roster = Roster::new(capacity.per_ip);
     let slots = Arc::new(Semaphore::new(capacity.max));
     let overflow = Arc::new(Semaphore::new(capacity.overflow));
     let mut connections = JoinSet::new();
@@ -147,26 +155,42 @@ pub async fn serve(
             continue;
         };
         let (service, stop, open) = (service.clone(), stop.clone(), open.clone());
-        if let Ok(slot) = slots.clone().try_acquire_owned() {
+        let ip = peer.0.ip();
+        // An address at its own cap makes room from its own idle connections, or is refused.
+        let over_ip_cap = roster.ip_is_full(ip) && !roster.evict_idlest(Some(ip));
+        let roster = roster.clone();
+        if !over_ip_cap && let Ok(slot) = slots.clone().try_acquire_owned() {
             drop(waiting);
             stream.spawn(&mut connections, move |stream| async move {
                 let stream = ClientStream::new(stream, open);
-                connection::serve(stream, peer, service, timeouts, stop).await;
+                let enrolled = roster.enrol(ip, &stream);
+                connection::serve(stream, peer, service, timeouts, stop, &enrolled).await;
                 drop(slot);
             });
             continue;
         }
+        // Full: the connection idle longest closes to make room for this one.
+        if !over_ip_cap {
+            roster.evict_idlest(None);
+        }
         let (slots, telemetry) = (slots.clone(), state.telemetry.clone());
         stream.spawn(&mut connections, move |stream| async move {
             let stream = ClientStream::new(stream, open);
-            let slot = tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned()).await;
+            let slot = match over_ip_cap {
+                true => None,
+                false => tokio::time::timeout(OVERFLOW_WAIT, slots.acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(Result::ok),
+            };
             match slot {
-                Ok(Ok(slot)) => {
+                Some(slot) => {
                     drop(waiting);
-                    connection::serve(stream, peer, service, timeouts, stop).await;
+                    let enrolled = roster.enrol(ip, &stream);
+                    connection::serve(stream, peer, service, timeouts, stop, &enrolled).await;
                     drop(slot);
                 }
-                _ => {
+                None => {
                     connection::refuse(stream, timeouts.header, telemetry).await;
                     drop(waiting);
                 }
@@ -271,8 +295,9 @@ mod tests {
 
     #[test]
     fn a_configured_cap_wins() {
-        assert_eq!(Capacity::for_clients(Some(7)).max, 7);
-        assert!(Capacity::for_clients(None).max >= 1);
+        assert_eq!(Capacity::for_clients(Some(7), None).max, 7);
+        assert!(Capacity::for_clients(None, None).max >= 1);
+        assert_eq!(Capacity::for_clients(None, Some(3)).per_ip, Some(3));
     }
 }
 

@@ -103,6 +103,16 @@ pub fn client() -> reqwest::Client {
     reqwest::Client::builder().build().expect("client builds")
 }
 
+/// A client that opens a new connection for every request, as separate clients (or a load
+/// balancer's health checks) do.
+pub fn fresh_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client builds")
+}
+
 pub fn chat(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "Hello there"}]})
 }

@@ -50,6 +50,9 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
     if raw.max_connections == Some(0) {
         errors.add("server.max_connections", "must be greater than 0");
     }
+    if raw.max_connections_per_ip == Some(0) {
+        errors.add("server.max_connections_per_ip", "must be greater than 0");
+    }
     let threads = raw.threads.and_then(|n| match usize::try_from(n) {
         Ok(n @ 1..=MAX_THREADS) => Some(n),
         _ => {
@@ -104,6 +107,9 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
         body_timeout,
         max_connections: raw
             .max_connections
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        max_connections_per_ip: raw
+            .max_connections_per_ip
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
         shutdown_grace,
         drain_delay,

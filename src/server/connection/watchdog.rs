@@ -68,6 +68,18 @@ impl Activity {
         BodyAwaited(self.clone())
     }
 
+    /// Since when the connection has been idle: no request in flight and no byte of the
+    /// next one yet (a kept-alive connection between requests, or a new one that has sent
+    /// nothing). `None` while it is busy or a head is arriving.
+    pub(super) fn idle_since(&self) -> Option<Instant> {
+        match self.watched().phase {
+            Phase::Waiting {
+                since, head: None, ..
+            } => Some(since),
+            _ => None,
+        }
+    }
+
     /// Whether the connection holds work a shutdown must wait for: a request whose body has
     /// all arrived (it may be routed, or its answer still going out). Nothing else does: a
     /// half-sent head or body is no request yet, and can be closed at once.

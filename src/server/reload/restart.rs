@@ -26,6 +26,7 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
     keep!(server.listen);
     keep!(server.admin_listen);
     keep!(server.max_connections);
+    keep!(server.max_connections_per_ip);
     keep!(server.max_body_bytes);
     keep!(server.header_timeout);
     keep!(server.idle_timeout);

@@ -247,17 +247,34 @@ async fn sigterm_ends_within_shutdown_grace_despite_a_dripping_client_and_an_end
 
 #[tokio::test]
 async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(100, 50))
+        .cycle()
+        .start()
+        .await
+        .unwrap();
     let gateway = gateway(&format!(
         "[server]\nmax_connections = 2\nheader_timeout = \"30s\"\n{}",
         upstream_config(&fake)
     ))
     .await;
-    let _held: Vec<TcpStream> = vec![
-        TcpStream::connect(gateway.addr()).await.unwrap(),
-        TcpStream::connect(gateway.addr()).await.unwrap(),
-    ];
-    gateway.wait_connections(|open| *open >= 2).await;
+    // Both connections busy with a stream: none is idle to make room (an idle one would
+    // close for the newcomer), so the next client is over the cap.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let response = fresh_client()
+            .post(format!("{}/v1/chat/completions", gateway.url()))
+            .json(&chat_stream("r"))
+            .send()
+            .await
+            .unwrap();
+        let mut body = response.bytes_stream();
+        futures_util::StreamExt::next(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        held.push(body);
+    }
 
     let client = patient_client(BOUND);
     let response = client
@@ -286,9 +303,14 @@ async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
         .await
         .unwrap();
     assert_eq!(health.status(), 200);
-    assert_eq!(fake.calls(), 0);
+    assert_eq!(
+        fake.calls(),
+        2,
+        "only the two held streams reached the upstream"
+    );
     let row = record(&gateway, &id).await;
     assert_eq!((row.status, row.outcome), (503, Outcome::Rejected));
+    drop(held);
 }
 
 #[tokio::test]
@@ -413,10 +435,7 @@ async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
     // connection, as a load balancer's checks come.
     let mut seen = None;
     for _ in 0..10_000 {
-        let fresh = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .build()
-            .unwrap();
+        let fresh = fresh_client();
         let answer = fresh
             .get(format!("{}/readyz", gateway.url()))
             .send()
@@ -430,10 +449,7 @@ async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
     let body = seen.expect("/readyz turned 503");
     assert!(body.contains("draining"), "{body}");
     // Still within the drain delay: a new connection is accepted and its request served.
-    let fresh = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap();
+    let fresh = fresh_client();
     let served = fresh
         .post(format!("{}/v1/chat/completions", gateway.url()))
         .json(&chat("r"))
@@ -443,4 +459,110 @@ async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
     assert_eq!(served.status(), 200);
     let status = gateway.exit_within(BOUND).await.expect("the gateway exits");
     assert!(status.success(), "{status:?}");
+}
+
+/// Opens a connection and completes one `/healthz` on it, leaving it idle and kept alive;
+/// `None` when the gateway did not answer within `limit`.
+async fn idle_keep_alive(addr: std::net::SocketAddr, limit: Duration) -> Option<TcpStream> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .ok()?;
+    let mut head = [0u8; 12];
+    let read = tokio::time::timeout(
+        limit,
+        tokio::io::AsyncReadExt::read_exact(&mut stream, &mut head),
+    );
+    match read.await {
+        Ok(Ok(_)) if &head == b"HTTP/1.1 200" => Some(stream),
+        _ => None,
+    }
+}
+
+/// With `ulimit -n 256`, one client holding 225 idle keep-alive connections used to leave a
+/// legitimate request waiting until it timed out. A full gateway now closes the connection
+/// idle longest to make room, so the request is served.
+#[tokio::test]
+async fn idle_keep_alives_cannot_lock_clients_out_of_a_gateway_with_few_descriptors() {
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let gateway = Spawned::start("idle_timeout = \"10m\"", &upstream_config(&fake), Some(256));
+    let mut held = Vec::new();
+    for _ in 0..225 {
+        if let Some(stream) = idle_keep_alive(gateway.addr, Duration::from_secs(2)).await {
+            held.push(stream);
+        }
+    }
+    assert!(
+        held.len() >= 80,
+        "only {} connections were served",
+        held.len()
+    );
+    let request = fresh_client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat("r"))
+        .send();
+    let response = tokio::time::timeout(BOUND, request)
+        .await
+        .expect("answered within the bound")
+        .expect("a client is answered");
+    assert_eq!(response.status(), 200);
+    drop(held);
+}
+
+/// `[server] max_connections_per_ip`: an address at its cap makes room from its own idle
+/// connections; with none idle, its next connection is refused with a 503.
+#[tokio::test]
+async fn an_address_at_its_cap_makes_room_from_its_own_idle_connections_or_is_refused() {
+    let fake = FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(100, 50))
+        .cycle()
+        .start()
+        .await
+        .unwrap();
+    let gateway = gateway(&format!(
+        "[server]\nmax_connections_per_ip = 2\nidle_timeout = \"10m\"\nheader_timeout = \"10m\"\n{}",
+        upstream_config(&fake)
+    ))
+    .await;
+    let first = idle_keep_alive(gateway.addr(), BOUND)
+        .await
+        .expect("served");
+    let _second = idle_keep_alive(gateway.addr(), BOUND)
+        .await
+        .expect("served");
+    // Two idle: the third is served, the idlest (the first) closes to make room.
+    let _third = idle_keep_alive(gateway.addr(), BOUND)
+        .await
+        .expect("served");
+    // What it reads is the rest of its one answer, then the close.
+    read_to_close(&mut { first }, BOUND)
+        .await
+        .expect("the idlest closed");
+    // Two streams in flight (busy, not idle) on fresh connections: the next one is refused.
+    drop((_second, _third));
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let fresh = fresh_client();
+        let response = fresh
+            .post(format!("{}/v1/chat/completions", gateway.url()))
+            .json(&chat_stream("r"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = response.bytes_stream();
+        futures_util::StreamExt::next(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        streams.push(body);
+    }
+    let refused = fresh_client()
+        .post(format!("{}/v1/chat/completions", gateway.url()))
+        .json(&chat("r"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
 }
