@@ -337,38 +337,74 @@ impl Shared {
     /// Loads keys changed in the store (by the admin API, the CLI or another instance).
     pub async fn reload(&self, generation: i64) -> Result<(), StartError> {
         let _one_at_a_time = self.store_reloads.lock().await;
-        self.keys.reload().await?;
-        // The directory marks the generation loaded, so it goes last: a waiter on it sees
-        // provider keys and virtual keys both current.
-        self.directory.reload(&self.store, generation).await?;
-        Ok(())
+        // Bounded, so a store that stops answering cannot hold the reload lock (and every
+        // admin change behind it) for ever; what was loaded before keeps serving.
+        let limit = self.live().config.store.timeout * 2;
+        let reloading = async {
+            self.keys.reload().await?;
+            // The directory marks the generation loaded, so it goes last: a waiter on it
+            // sees provider keys and virtual keys both current.
+            self.directory.reload(&self.store, generation).await?;
+            Ok(())
+        };
+        match tokio::time::timeout(limit, reloading).await {
+            Ok(reloaded) => reloaded,
+            Err(_) => Err(StartError::Store(StoreError::Timeout(limit))),
+        }
+    }
+
+    /// Recognises the caller, as the directory does; but a virtual key the directory does
+    /// not know is first looked for in the store, which may have it already (see
+    /// [`Shared::look_up_unknown_key`]). A known key costs nothing more.
+    pub async fn authenticate(
+        &self,
+        headers: &axum::http::HeaderMap,
+    ) -> Result<crate::auth::Caller, crate::auth::AuthFailure> {
+        let first = self.directory.authenticate(headers);
+        let unsure = match &first {
+            Err(crate::auth::AuthFailure::Invalid) => true,
+            // Anonymous, without required auth: perhaps for a key made a moment ago.
+            Ok(caller) => caller.key.is_none(),
+            Err(_) => false,
+        };
+        if unsure && self.look_up_unknown_key(headers).await {
+            return self.directory.authenticate(headers);
+        }
+        first
     }
 
     /// When `headers` offer a virtual key unknown here, looks in the store for keys made
-    /// since the last load (by `vkeys create` a moment ago, say), before the key is refused.
-    /// Looks are one at a time, and a request that waited for one begun after it arrived
-    /// takes that one's answer: a flood of unknown keys keeps at most one cheap query in
-    /// flight (the store's generation), and the known keys' requests never wait on it.
-    pub async fn look_up_unknown_key(&self, headers: &axum::http::HeaderMap) {
+    /// since the last load (by `vkeys create` a moment ago, say); true when a look begun
+    /// after the request arrived has run, so the directory is worth asking again. Looks are
+    /// one at a time, and a request that waited for one begun after it arrived takes that
+    /// one's answer: a flood of unknown keys keeps at most one cheap query in flight (the
+    /// store's generation).
+    async fn look_up_unknown_key(&self, headers: &axum::http::HeaderMap) -> bool {
         if !self.directory.offers_unknown_key(headers) {
-            return;
+            return false;
         }
         let arrived = tokio::time::Instant::now();
         let mut last_begun = self.key_catch_up.lock().await;
         if last_begun.is_some_and(|begun| begun >= arrived) {
-            return;
+            return true;
         }
         *last_begun = Some(tokio::time::Instant::now());
         let timeout = self.live().config.store.timeout;
         let loaded = self.directory.loaded_generation();
         let generation = match tokio::time::timeout(timeout, self.store.generation()).await {
             Ok(Ok(generation)) if generation > loaded => generation,
-            _ => return,
+            _ => return false,
         };
         match tokio::time::timeout(timeout, self.reload(generation)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot load the store's new keys"),
-            Err(_) => tracing::warn!("loading the store's new keys timed out"),
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot load the store's new keys");
+                false
+            }
+            Err(_) => {
+                tracing::warn!("loading the store's new keys timed out");
+                false
+            }
         }
     }
 
@@ -414,7 +450,9 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz));
     let routes = if state.config().server.admin_listen.is_none() {
-        routes.merge(admin_routes()).merge(observability_routes())
+        routes
+            .merge(admin_routes(&state))
+            .merge(observability_routes())
     } else {
         routes
     };
@@ -423,7 +461,7 @@ pub fn app(state: AppState) -> Router {
 
 /// The admin API and the observability endpoints, for `[server] admin_listen`.
 pub fn admin_app(state: AppState) -> Router {
-    let routes = admin_routes()
+    let routes = admin_routes(&state)
         .merge(observability_routes())
         .layer(axum::Extension(admin::OnAdminListener));
     finish_router(routes, state)
@@ -437,7 +475,32 @@ fn observability_routes() -> Router<ServerState> {
         .route("/dashboard", get(scorecard::dashboard))
 }
 
-fn admin_routes() -> Router<ServerState> {
+/// The admin API, each call bounded by [`admin_deadline`].
+fn admin_routes(state: &AppState) -> Router<ServerState> {
+    let deadline = axum::middleware::from_fn_with_state(state.server(), admin_deadline);
+    admin_calls().route_layer(deadline)
+}
+
+/// An admin call waits on the store (its change, then the reload that makes it live): one
+/// whose store stops answering ends with a 503 after a few of the store's timeouts, rather
+/// than holding the operator's tool, and the reload lock, for ever.
+async fn admin_deadline(
+    State(server): State<ServerState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let limit = AppState::from_ref(&server).config().store.timeout * 3;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Busy(
+            "the store did not answer in time: the change may or may not have been made; \
+             check with a GET before you retry",
+        )
+        .into_response(),
+    }
+}
+
+fn admin_calls() -> Router<ServerState> {
     Router::new()
         .route("/admin/reload", post(reload::answer))
         .route("/admin/breakers", get(admin::breakers::list))

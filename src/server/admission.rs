@@ -20,12 +20,11 @@ pub async fn authenticate(
     headers: &HeaderMap,
     guard: &mut RecordGuard,
 ) -> Result<Caller, ApiError> {
-    // A key made a moment ago may be in the store before the watcher loads it: look there
-    // before refusing it (or, without required auth, before taking its caller as anonymous).
-    state.look_up_unknown_key(headers).await;
+    // A key made a moment ago may be in the store before the watcher loads it: it is looked
+    // for there before it is refused (or, without required auth, taken as anonymous).
     let caller = state
-        .directory
         .authenticate(headers)
+        .await
         .map_err(|failure| match failure {
             AuthFailure::Missing => {
                 ApiError::Unauthorized("a virtual key is required: send Authorization: Bearer sy-…")

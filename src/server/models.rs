@@ -121,8 +121,7 @@ fn anthropic_page(ids: &[String], page: &Page) -> Value {
 /// The routes, then each route step's `provider/model`, that `[auth] direct_models`, the
 /// caller's role and its key allow.
 async fn usable(state: &AppState, headers: &HeaderMap) -> Result<Vec<String>, ApiError> {
-    state.look_up_unknown_key(headers).await;
-    let caller = state.directory.authenticate(headers).map_err(|_| {
+    let caller = state.authenticate(headers).await.map_err(|_| {
         ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
     })?;
     let mut ids: Vec<String> = state.routes().iter().map(|r| r.name.to_string()).collect();

@@ -80,8 +80,7 @@ fn scope(caller: &Caller) -> String {
 }
 
 async fn caller(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    state.look_up_unknown_key(headers).await;
-    state.directory.authenticate(headers).map_err(|_| {
+    state.authenticate(headers).await.map_err(|_| {
         ApiError::Unauthorized("a valid virtual key is required: send Authorization: Bearer sy-…")
     })
 }

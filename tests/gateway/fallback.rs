@@ -258,7 +258,11 @@ async fn other_4xx_are_returned_as_is_without_fallback() {
     let (response, primary, secondary) = primary_answers(Behavior::status(422).body(body)).await;
     assert_eq!(response.status(), 422);
     assert_eq!(header(&response, "x-switchyard-step"), "0");
-    assert_eq!(header(&response, "x-switchyard-outcome"), "error");
+    assert_eq!(
+        header(&response, "x-switchyard-outcome"),
+        "client_error",
+        "the request is at fault"
+    );
     assert_eq!(response.text().await.unwrap(), body);
     assert_eq!((primary, secondary), (1, 0));
 }

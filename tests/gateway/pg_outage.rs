@@ -253,3 +253,74 @@ async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
     proxy.freeze(false);
     gateway.terminate();
 }
+
+/// The admin API over a store that stops answering: each call ends with a 503 after a few of
+/// the store's timeouts, instead of holding the operator's tool (and the reload lock) until
+/// the store comes back; once it does, the admin API works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
+    let test = "an_admin_call_to_a_hung_store_ends_within_its_deadline";
+    let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
+        return;
+    };
+    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let config = format!(
+        "[auth]\nrequired = false\n[store]\nurl = \"{url}\"\ntimeout = \"200ms\"\n{}{}",
+        provider("up", &fake),
+        route("r", &[("up", "m")], "")
+    );
+    const TOKEN: &str = "admin-token-for-a-hung-store";
+    let mut started = Spawned::start_all(
+        &[&config],
+        QUIET,
+        &[
+            ("SWITCHYARD_MASTER_KEY", MASTER_KEY),
+            ("SWITCHYARD_ADMIN_TOKEN", TOKEN),
+        ],
+    );
+    let gateway = started.remove(0);
+    gateway.ready().await;
+    // Longer than any deadline of the gateway's own: only a wait on the store outlasts it.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let keys = format!("{}/admin/keys", gateway.url);
+    assert_eq!(
+        client
+            .get(&keys)
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    proxy.freeze(true);
+    let put = client
+        .put(format!("{keys}/up"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"secret": "sk-while-hung-0001"}))
+        .send()
+        .await
+        .expect("an answer, not a wait on the hung store");
+    assert_eq!(put.status(), 503);
+    let listed = client.get(&keys).bearer_auth(TOKEN).send().await;
+    assert_eq!(listed.expect("an answer").status(), 503);
+    proxy.freeze(false);
+    proxy.cut();
+    let again = async {
+        loop {
+            let answer = client.get(&keys).bearer_auth(TOKEN).send().await.unwrap();
+            if answer.status() == 200 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), again)
+        .await
+        .expect("the admin API works again once the store answers");
+    gateway.terminate();
+}
