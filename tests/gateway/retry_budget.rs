@@ -31,6 +31,25 @@ async fn failing(name: &str) -> FakeHandle {
     answering(name, 500).await
 }
 
+/// A primary that answers its calls with `statuses` in turn, over and over.
+async fn cycling_primary(statuses: &[u16]) -> FakeHandle {
+    let behaviors = statuses
+        .iter()
+        .map(|&status| match status {
+            200 => Behavior::ok(),
+            status => Behavior::status(status),
+        })
+        .collect();
+    FakeUpstream::new("primary")
+        .script(Script {
+            behaviors,
+            mode: ScriptMode::Cycle,
+        })
+        .start()
+        .await
+        .unwrap()
+}
+
 /// How many times a window's allowance could have been granted over `elapsed`: every retry
 /// made within one 9-second stretch was allowed by a window holding the whole stretch, so a
 /// slower run gets one more allowance per stretch.
@@ -73,22 +92,7 @@ async fn a_primary_failing_thirty_percent_never_costs_a_request() {
     // one request in ten got a 503 instead of its fallback. 8 clients, 1,500 requests.
     const CLIENTS: usize = 8;
     const TOTAL: usize = 1_500;
-    let pattern = [500, 200, 200, 500, 200, 200, 500, 200, 200, 200];
-    let behaviors = pattern
-        .iter()
-        .map(|&status| match status {
-            200 => Behavior::ok(),
-            status => Behavior::status(status),
-        })
-        .collect();
-    let primary = FakeUpstream::new("primary")
-        .script(Script {
-            behaviors,
-            mode: ScriptMode::Cycle,
-        })
-        .start()
-        .await
-        .unwrap();
+    let primary = cycling_primary(&[500, 200, 200, 500, 200, 200, 500, 200, 200, 200]).await;
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let gateway = two_step(&primary, &secondary, "").await;
     let url = format!("{}/v1/chat/completions", gateway.url());
@@ -188,16 +192,7 @@ async fn a_single_failing_request_always_falls_back() {
 #[tokio::test]
 async fn occasional_failures_all_fall_back() {
     // One request in ten fails on step 0, from the very first one on.
-    let mut behaviors = vec![Behavior::status(500)];
-    behaviors.extend((0..9).map(|_| Behavior::ok()));
-    let primary = FakeUpstream::new("primary")
-        .script(Script {
-            behaviors,
-            mode: ScriptMode::Cycle,
-        })
-        .start()
-        .await
-        .unwrap();
+    let primary = cycling_primary(&[500, 200, 200, 200, 200, 200, 200, 200, 200, 200]).await;
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let gateway = two_step(&primary, &secondary, NO_BREAKER).await;
     const TOTAL: usize = 200;
