@@ -247,12 +247,7 @@ async fn sigterm_ends_within_shutdown_grace_despite_a_dripping_client_and_an_end
 
 #[tokio::test]
 async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(100, 50))
-        .cycle()
-        .start()
-        .await
-        .unwrap();
+    let fake = slow_streams().await;
     let gateway = gateway(&format!(
         "[server]\nmax_connections = 2\nheader_timeout = \"30s\"\n{}",
         upstream_config(&fake)
@@ -260,21 +255,7 @@ async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
     .await;
     // Both connections busy with a stream: none is idle to make room (an idle one would
     // close for the newcomer), so the next client is over the cap.
-    let mut held = Vec::new();
-    for _ in 0..2 {
-        let response = fresh_client()
-            .post(format!("{}/v1/chat/completions", gateway.url()))
-            .json(&chat_stream("r"))
-            .send()
-            .await
-            .unwrap();
-        let mut body = response.bytes_stream();
-        futures_util::StreamExt::next(&mut body)
-            .await
-            .unwrap()
-            .unwrap();
-        held.push(body);
-    }
+    let held = busy_streams(&gateway, 2).await;
 
     let client = patient_client(BOUND);
     let response = client
@@ -461,6 +442,41 @@ async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
     assert!(status.success(), "{status:?}");
 }
 
+/// A fake whose every answer streams for 5 s, so a request on it stays busy.
+async fn slow_streams() -> switchyard::fake::FakeHandle {
+    FakeUpstream::new("up")
+        .then(Behavior::ok().chunks(100, 50))
+        .cycle()
+        .start()
+        .await
+        .unwrap()
+}
+
+/// `count` streams in flight on route `r`, each on a connection of its own and past its
+/// first event: connections that are busy, not idle.
+async fn busy_streams(
+    gateway: &switchyard::server::Gateway,
+    count: usize,
+) -> Vec<impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>>> {
+    let mut streams = Vec::new();
+    for _ in 0..count {
+        let response = fresh_client()
+            .post(format!("{}/v1/chat/completions", gateway.url()))
+            .json(&chat_stream("r"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let mut body = Box::pin(response.bytes_stream());
+        futures_util::StreamExt::next(&mut body)
+            .await
+            .unwrap()
+            .unwrap();
+        streams.push(body);
+    }
+    streams
+}
+
 /// Opens a connection and completes one `/healthz` on it, leaving it idle and kept alive;
 /// `None` when the gateway did not answer within `limit`.
 async fn idle_keep_alive(addr: std::net::SocketAddr, limit: Duration) -> Option<TcpStream> {
@@ -514,12 +530,7 @@ async fn idle_keep_alives_cannot_lock_clients_out_of_a_gateway_with_few_descript
 /// connections; with none idle, its next connection is refused with a 503.
 #[tokio::test]
 async fn an_address_at_its_cap_makes_room_from_its_own_idle_connections_or_is_refused() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(100, 50))
-        .cycle()
-        .start()
-        .await
-        .unwrap();
+    let fake = slow_streams().await;
     let gateway = gateway(&format!(
         "[server]\nmax_connections_per_ip = 2\nidle_timeout = \"10m\"\nheader_timeout = \"10m\"\n{}",
         upstream_config(&fake)
@@ -541,23 +552,7 @@ async fn an_address_at_its_cap_makes_room_from_its_own_idle_connections_or_is_re
         .expect("the idlest closed");
     // Two streams in flight (busy, not idle) on fresh connections: the next one is refused.
     drop((_second, _third));
-    let mut streams = Vec::new();
-    for _ in 0..2 {
-        let fresh = fresh_client();
-        let response = fresh
-            .post(format!("{}/v1/chat/completions", gateway.url()))
-            .json(&chat_stream("r"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let mut body = response.bytes_stream();
-        futures_util::StreamExt::next(&mut body)
-            .await
-            .unwrap()
-            .unwrap();
-        streams.push(body);
-    }
+    let _streams = busy_streams(&gateway, 2).await;
     let refused = fresh_client()
         .post(format!("{}/v1/chat/completions", gateway.url()))
         .json(&chat("r"))
