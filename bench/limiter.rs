@@ -44,7 +44,7 @@ fn memory(window: Window) -> Duration {
 
 async fn redis(url: &str, concurrency: u32) -> Option<Duration> {
     let limiter = RedisLimiter::new(
-        url,
+        &switchyard::config::RedisTarget::url(url),
         &format!("switchyard-bench-{}", uuid::Uuid::now_v7()),
         switchyard::config::DEFAULT_LEASE,
     )

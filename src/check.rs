@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use std::time::Duration;
 
-use crate::config::{Balance, Config, LimitBackend, format_duration};
+use crate::config::{Balance, Config, LimitBackend, RedisTarget, format_duration};
 pub use crate::server::{preflight, store_path_problem};
 use crate::store::{Store, StoreError};
 
@@ -118,10 +118,9 @@ pub async fn connect(config: &Config) -> Result<(), ConnectError> {
     {
         return Err(ConnectError::NoStoreFile(path.to_owned()));
     }
-    Store::open(&config.store.url).await?.generation().await?;
-    let limits =
-        (config.limits.backend == LimitBackend::Redis).then_some(config.limits.redis_url.as_str());
-    let cluster = config.cluster.redis_url.as_deref();
+    Store::connect(&config.store).await?.generation().await?;
+    let limits = (config.limits.backend == LimitBackend::Redis).then_some(&config.limits.redis);
+    let cluster = config.cluster.redis.as_ref();
     ping_redis(limits).await?;
     if cluster != limits {
         ping_redis(cluster).await?;
@@ -129,27 +128,17 @@ pub async fn connect(config: &Config) -> Result<(), ConnectError> {
     Ok(())
 }
 
-/// Sends `url`'s Redis a PING, if there is one, within 3 s.
-async fn ping_redis(url: Option<&str>) -> Result<(), ConnectError> {
-    let Some(url) = url else {
+/// Sends `target`'s Redis a PING, if there is one, within 3 s.
+async fn ping_redis(target: Option<&RedisTarget>) -> Result<(), ConnectError> {
+    let Some(target) = target else {
         return Ok(());
     };
     // The URL may carry a password: only its host and port are shown.
-    let shown = url::Url::parse(url).map_or_else(
-        |_| "the configured URL".to_owned(),
-        |u| {
-            format!(
-                "{}:{}",
-                u.host_str().unwrap_or(""),
-                u.port().unwrap_or(6379)
-            )
-        },
-    );
     let fail = |why: String| ConnectError::Redis {
-        url: shown.clone(),
+        url: target.shown(),
         why,
     };
-    let client = redis::Client::open(url).map_err(|e| fail(e.to_string()))?;
+    let client = target.client().map_err(fail)?;
     let ping = async {
         let mut connection = client.get_multiplexed_async_connection().await?;
         redis::cmd("PING")

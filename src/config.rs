@@ -8,6 +8,7 @@ mod access;
 pub mod backoff;
 mod duration;
 mod raw;
+mod redis_target;
 pub mod retry_budget;
 mod validate;
 
@@ -22,6 +23,7 @@ use retry_budget::RetryBudget;
 
 pub use access::{DirectModels, ModelPattern, pattern_matches};
 pub use duration::{format_duration, parse_duration};
+pub use redis_target::RedisTarget;
 
 /// A configured provider's name, as steps refer to it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -229,12 +231,29 @@ pub struct AuthConfig {
     pub unauthorized_log_rows_per_minute: u32,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct StoreConfig {
     pub url: String,
+    /// `password_env` or `password_file`: PostgreSQL's password, kept out of the URL.
+    pub password: Option<crate::keys::Secret>,
     /// How long one store operation may take: a request-log batch past it goes to the spill
     /// journal, and a request waiting on stored state fails with a 503.
     pub timeout: Duration,
+}
+
+impl fmt::Debug for StoreConfig {
+    // A PostgreSQL URL may carry a password: its `user:password@` part is masked.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let url = match (self.url.split_once("://"), self.url.rsplit_once('@')) {
+            (Some((scheme, _)), Some((_, rest))) => format!("{scheme}://***@{rest}"),
+            _ => self.url.clone(),
+        };
+        f.debug_struct("StoreConfig")
+            .field("url", &url)
+            .field("password", &self.password)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// Where rate-limit counters live.
@@ -263,16 +282,15 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub struct ClusterConfig {
     /// The Redis that carries breaker state between instances; `None` keeps every breaker
     /// local, as a single node needs.
-    pub redis_url: Option<String>,
+    pub redis: Option<RedisTarget>,
     /// Prefixes every key and channel, so several clusters (or tests) can share one Redis.
     pub key_prefix: String,
 }
 
 impl std::fmt::Debug for ClusterConfig {
-    // The URL may carry a password.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterConfig")
-            .field("redis_url", &self.redis_url.as_ref().map(|_| "***"))
+            .field("redis", &self.redis)
             .field("key_prefix", &self.key_prefix)
             .finish()
     }
@@ -281,7 +299,7 @@ impl std::fmt::Debug for ClusterConfig {
 #[derive(Clone, Debug)]
 pub struct LimitsConfig {
     pub backend: LimitBackend,
-    pub redis_url: String,
+    pub redis: RedisTarget,
     pub on_backend_error: FailMode,
     /// Prefixes every Redis key, so several deployments (or tests) can share one Redis.
     pub key_prefix: String,

@@ -266,12 +266,12 @@ pub struct Limits {
 
 impl Limits {
     /// Builds the limits of a config; Redis is connected lazily and reconnects by itself.
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Limits, ::redis::RedisError> {
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Limits, String> {
         let backend = match config.limits.backend {
             LimitBackend::Memory => Backend::Memory(MemoryLimiter::default()),
             LimitBackend::Redis => Backend::Redis {
                 shared: RedisLimiter::new(
-                    &config.limits.redis_url,
+                    &config.limits.redis,
                     &config.limits.key_prefix,
                     config.limits.lease,
                 )?,
@@ -341,7 +341,11 @@ impl Limits {
                     Err(error) => {
                         self.health.set(Some(error.class()));
                         self.metrics.limit_backend_errors.inc();
-                        tracing::warn!(error = error.class(), "rate-limit backend unavailable");
+                        tracing::warn!(
+                            redis = shared.at(),
+                            error = error.class(),
+                            "rate-limit backend unavailable"
+                        );
                         if quota.max_concurrent.is_some() && error.may_have_run() {
                             // The script may have run and only its reply been lost.
                             let (shared, user, id) =

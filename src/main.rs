@@ -378,7 +378,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 user,
                 limit,
             };
-            let store = Store::open(&load(&config)?.store.url).await?;
+            let store = Store::connect(&load(&config)?.store).await?;
             print(&store, query, json, follow, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -409,7 +409,7 @@ async fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     use switchyard::store::Store;
     let open = |path: PathBuf| async move {
         let config = load(&path)?;
-        let store = Store::open(&config.store.url).await?;
+        let store = Store::connect(&config.store).await?;
         let master_key = std::env::var(switchyard::keys::vault::MASTER_KEY_ENV).ok();
         let keys = ProviderKeys::open(store, &config, master_key.as_deref()).await?;
         anyhow::Ok(keys)
@@ -497,7 +497,7 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             };
             // The admin API's checks, so the CLI and HTTP refuse the same keys.
             request.validate(&config)?;
-            let store = Store::open(&config.store.url).await?;
+            let store = Store::connect(&config.store).await?;
             let issued = issue(request)?;
             store.insert_virtual_key(issued.record.clone()).await?;
             eprintln!(
@@ -507,11 +507,11 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             println!("{}", issued.key);
         }
         VkeysCommand::List { config } => {
-            let store = Store::open(&load(&config)?.store.url).await?;
+            let store = Store::connect(&load(&config)?.store).await?;
             print!("{}", table(&store.virtual_keys().await?));
         }
         VkeysCommand::Revoke { config, key } => {
-            let store = Store::open(&load(&config)?.store.url).await?;
+            let store = Store::connect(&load(&config)?.store).await?;
             if !store.revoke_virtual_key(&key).await? {
                 anyhow::bail!("no live key matches");
             }

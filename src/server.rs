@@ -176,15 +176,15 @@ pub enum StartError {
     Threads(std::io::Error),
     #[error("cannot open the store: {0}")]
     Store(#[from] StoreError),
-    #[error("invalid [limits] redis_url: {0}")]
-    Redis(#[from] ::redis::RedisError),
+    #[error("[limits] redis_url: {0}")]
+    Redis(String),
     #[error("provider keys: {0}")]
     Keys(#[from] KeyError),
     #[error("[admin] token_file {0}")]
     AdminTokenFile(String),
-    /// The client's own words could repeat the URL, and with it a password.
-    #[error("invalid [cluster] redis_url")]
-    ClusterRedis,
+    /// Never the URL, which may carry a password.
+    #[error("[cluster] redis_url: {0}")]
+    ClusterRedis(String),
 }
 
 /// What a gateway takes besides its config: things that come from the environment.
@@ -261,7 +261,7 @@ impl AppState {
         // It never follows a redirect, which would carry the provider key (and the prompt)
         // to whatever origin it names; a 3xx is a failed attempt (see `router::classify`).
         let client = UpstreamClient::new(config.retry.attempt_timeout)?;
-        let store = Store::open(&config.store.url).await?;
+        let store = Store::connect(&config.store).await?;
         let generation = store.generation().await?;
         let keys = ProviderKeys::open(
             store.clone(),
@@ -279,7 +279,7 @@ impl AppState {
         )
         .await?;
         let (telemetry, writer) = Telemetry::start(store.clone(), &config);
-        let limits = Limits::new(&config, telemetry.metrics.clone())?;
+        let limits = Limits::new(&config, telemetry.metrics.clone()).map_err(StartError::Redis)?;
         let health = shared_breakers(&config, &telemetry)?;
         let scorecards = Arc::new(tokio::sync::Semaphore::new(
             config.admin.max_concurrent_scorecards,
@@ -418,15 +418,15 @@ impl Shared {
 /// The health table: its breakers shared through the cluster's Redis when `[cluster]` (or
 /// Redis limits) name one, local otherwise.
 fn shared_breakers(config: &Config, telemetry: &Telemetry) -> Result<Arc<Health>, StartError> {
-    let Some(url) = config.cluster.redis_url.as_deref() else {
+    let Some(target) = config.cluster.redis.as_ref() else {
         return Ok(Arc::new(Health::new(config.breaker.clone())));
     };
     let (link, inbox) = crate::cluster::Link::new();
     let link = Arc::new(link);
     let health = Arc::new(Health::clustered(config.breaker.clone(), link.clone()));
     let metrics = telemetry.metrics.clone();
-    crate::cluster::member::Member::spawn(&config.cluster, url, &health, link, inbox, metrics)
-        .map_err(|_| StartError::ClusterRedis)?;
+    crate::cluster::member::Member::spawn(&config.cluster, target, &health, link, inbox, metrics)
+        .map_err(StartError::ClusterRedis)?;
     Ok(health)
 }
 

@@ -42,6 +42,9 @@ pub enum StoreError {
     Postgres(#[from] tokio_postgres::Error),
     #[error("PostgreSQL store unreachable: {0}")]
     Pool(String),
+    /// `at` is host, port and database: never the password.
+    #[error("cannot reach PostgreSQL at {at}: {why}")]
+    Connect { at: String, why: String },
     #[error("store task failed: {0}")]
     Task(String),
     #[error("the store did not answer within {0:?} ([store] timeout)")]
@@ -186,7 +189,16 @@ pub enum Store {
 }
 
 impl Store {
-    /// Opens (and migrates) the store a config's `[store] url` names.
+    /// Opens (and migrates) the store a config's `[store]` names.
+    pub async fn connect(config: &crate::config::StoreConfig) -> Result<Store, StoreError> {
+        if postgres::is_postgres_url(&config.url) {
+            let store = PgStore::open_with(&config.url, config.password.as_ref()).await?;
+            return Ok(Store::Postgres(store));
+        }
+        Store::open(&config.url).await
+    }
+
+    /// Opens (and migrates) the store `url` names.
     pub async fn open(url: &str) -> Result<Store, StoreError> {
         if postgres::is_postgres_url(url) {
             return Ok(Store::Postgres(PgStore::open(url).await?));

@@ -31,6 +31,7 @@ mod gateway {
     mod limits;
     mod logqueue;
     mod lossless;
+    mod managed_services;
     mod messages;
     mod metrics;
     mod operator;

@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::wire::{self, Message};
 use super::{Change, Inbox, Link, scripts};
 use crate::config::ClusterConfig;
+use crate::config::RedisTarget;
 use crate::router::Health;
 use crate::router::breaker::Transition;
 use crate::router::health::{DeploymentId, SharedState};
@@ -62,6 +63,8 @@ enum Ended {
 /// One gateway's membership.
 pub struct Member {
     client: redis::Client,
+    /// Host and port, for logs: never the URL, which may carry a password.
+    at: String,
     keys: Keys,
     /// This instance's name on the channel, so it skips its own messages.
     origin: String,
@@ -89,15 +92,16 @@ impl Member {
     /// table is gone. Fails only on a URL the Redis client cannot use.
     pub fn spawn(
         config: &ClusterConfig,
-        url: &str,
+        target: &RedisTarget,
         health: &Arc<Health>,
         link: Arc<Link>,
         inbox: Inbox,
         metrics: Arc<Metrics>,
-    ) -> Result<(), redis::RedisError> {
-        let client = redis::Client::open(url)?;
+    ) -> Result<(), String> {
+        let client = target.client()?;
         let member = Member {
             client,
+            at: target.shown(),
             keys: Keys::new(&config.key_prefix),
             origin: format!("{:016x}", fastrand::u64(..)),
             health: Arc::downgrade(health),
@@ -129,6 +133,7 @@ impl Member {
                 Ended::Lost(problem) => {
                     if self.link.shared() || last_problem.is_none() {
                         tracing::warn!(
+                            redis = self.at,
                             problem,
                             "breakers are local: the cluster's Redis cannot be reached"
                         );
@@ -386,10 +391,7 @@ impl Member {
 async fn timed<T>(command: impl Future<Output = RedisResult<T>>) -> Result<T, &'static str> {
     match tokio::time::timeout(COMMAND_TIMEOUT, command).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) if e.is_connection_refusal() => Err("connection refused"),
-        Ok(Err(e)) if e.is_timeout() => Err("no answer in time"),
-        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Err("connection lost"),
-        Ok(Err(_)) => Err("redis answered with an error"),
+        Ok(Err(e)) => Err(crate::limits::RedisFailure::Redis(e).class()),
         Err(_) => Err("no answer in time"),
     }
 }

@@ -56,6 +56,9 @@ pub struct RawBudgets {
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
     pub redis_url: Option<String>,
+    pub redis_password_env: Option<String>,
+    pub redis_password_file: Option<String>,
+    pub redis_ca_file: Option<String>,
     pub key_prefix: Option<String>,
     pub shared_breakers: Option<bool>,
 }
@@ -147,6 +150,8 @@ pub enum RawDirectModels {
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
     pub url: Option<String>,
+    pub password_env: Option<String>,
+    pub password_file: Option<String>,
     pub timeout: Option<String>,
 }
 
@@ -155,6 +160,9 @@ pub struct RawStore {
 pub struct RawLimits {
     pub backend: Option<String>,
     pub redis_url: Option<String>,
+    pub redis_password_env: Option<String>,
+    pub redis_password_file: Option<String>,
+    pub redis_ca_file: Option<String>,
     pub on_backend_error: Option<String>,
     pub key_prefix: Option<String>,
     pub lease: Option<String>,

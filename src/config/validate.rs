@@ -7,6 +7,7 @@ mod cluster;
 mod hedge;
 mod lease;
 mod location;
+mod password;
 mod retry_budget;
 mod server;
 mod steps;
@@ -171,10 +172,28 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         errors.add("store.timeout", "must be greater than 0");
     }
     let sqlite_file = store_url.strip_prefix("sqlite://");
+    let store_password = password::password(
+        &mut errors,
+        "store.password",
+        raw.store.password_env,
+        raw.store.password_file,
+    );
     if crate::store::postgres::is_postgres_url(&store_url) {
-        if let Err(problem) = crate::store::postgres::parse_url(&store_url) {
-            errors.add("store.url", problem);
+        match crate::store::postgres::Target::parse(&store_url) {
+            Ok(target) if store_password.is_some() && target.config.get_password().is_some() => {
+                errors.add(
+                    "store.password_env",
+                    "the URL carries a password too: keep one of them",
+                );
+            }
+            Ok(_) => {}
+            Err(problem) => errors.add("store.url", problem),
         }
+    } else if store_password.is_some() {
+        errors.add(
+            "store.password_env",
+            "only a PostgreSQL store takes a password",
+        );
     } else if store_url != "sqlite::memory:" && sqlite_file.is_none_or(str::is_empty) {
         errors.add(
             "store.url",
@@ -225,6 +244,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         auth,
         store: StoreConfig {
             url: store_url,
+            password: store_password,
             timeout: store_timeout,
         },
         limits,
@@ -269,29 +289,18 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> LimitsConfig {
             FailMode::Closed
         }
     };
-    let redis_url = raw
-        .redis_url
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
-    match url::Url::parse(&redis_url) {
-        Ok(url) if matches!(url.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {
-            // What `serve` does with it, without connecting: a URL of the right form can
-            // still be one the client refuses (`rediss://` in this build, a database that
-            // is not a number). The URL is not shown: it may carry a password.
-            if let Err(e) = redis::Client::open(redis_url.as_str()) {
-                errors.add(
-                    "limits.redis_url",
-                    format!("the Redis client refuses it: {e}"),
-                );
-            }
-        }
-        _ => errors.add(
-            "limits.redis_url",
-            format!("`{redis_url}` is not a Redis URL like redis://127.0.0.1:6379"),
-        ),
-    }
+    let redis = cluster::redis_target(
+        errors,
+        "limits",
+        raw.redis_url
+            .unwrap_or_else(|| "redis://127.0.0.1:6379".into()),
+        raw.redis_password_env,
+        raw.redis_password_file,
+        raw.redis_ca_file,
+    );
     LimitsConfig {
         backend,
-        redis_url,
+        redis,
         on_backend_error,
         key_prefix: raw.key_prefix.unwrap_or_else(|| "switchyard".into()),
         lease: lease::validate(errors, raw.lease.as_deref()),
@@ -598,18 +607,73 @@ base_url = "http://127.0.0.1:1/v1"
 
     #[test]
     fn a_redis_url_the_client_refuses_is_refused_here_without_showing_it() {
-        for url in [
-            "rediss://:hunter2@127.0.0.1:6379",
-            "redis://:hunter2@127.0.0.1:6379/not-a-db",
-        ] {
-            let errors = errors(&format!("[limits]\nredis_url = \"{url}\"\n"));
-            assert_eq!(errors.len(), 1, "{errors:?}");
-            assert!(
-                errors[0].starts_with("limits.redis_url: the Redis client refuses it: "),
-                "{errors:?}"
-            );
-            assert!(!errors[0].contains("hunter2"), "{errors:?}");
-        }
+        let url = "redis://:hunter2@127.0.0.1:6379/not-a-db";
+        let errors = errors(&format!("[limits]\nredis_url = \"{url}\"\n"));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with("limits.redis_url: the Redis client refuses the URL: "),
+            "{errors:?}"
+        );
+        assert!(!errors[0].contains("hunter2"), "{errors:?}");
+    }
+
+    #[test]
+    fn rediss_is_taken_and_its_ca_file_must_exist() {
+        let config = Config::parse("[limits]\nredis_url = \"rediss://cache.example.com:6380\"\n");
+        assert!(config.unwrap().limits.redis.tls());
+        let found = errors(
+            "[limits]\nredis_url = \"rediss://cache.example.com:6380\"\n\
+             redis_ca_file = \"/nonexistent/ca.pem\"\n",
+        );
+        assert_eq!(
+            found,
+            ["limits.redis_ca_file: `/nonexistent/ca.pem` is not a file"]
+        );
+        let found =
+            errors("[cluster]\nredis_url = \"redis://h:1\"\nredis_ca_file = \"/etc/hostname\"\n");
+        assert_eq!(
+            found,
+            ["cluster.redis_ca_file: applies to rediss:// URLs only: use rediss:// for TLS"]
+        );
+    }
+
+    #[test]
+    fn passwords_come_from_the_environment_or_a_file_and_are_never_shown() {
+        let file = std::env::temp_dir().join(format!("sy-pw-{}", std::process::id()));
+        std::fs::write(&file, "from-file\n").unwrap();
+        // SAFETY: a variable of this test's own; no other test reads or writes it.
+        unsafe { std::env::set_var("SY_TEST_REDIS_PASSWORD", "from-env") };
+        let config = Config::parse(&format!(
+            "[store]\nurl = \"postgres://sy@db:5432/gw\"\npassword_file = \"{}\"\n\
+             [limits]\nredis_url = \"redis://h:1\"\nredis_password_env = \"SY_TEST_REDIS_PASSWORD\"\n",
+            file.display()
+        ))
+        .unwrap();
+        assert_eq!(
+            config.store.password.as_ref().map(|p| p.expose()),
+            Some("from-file")
+        );
+        assert_eq!(
+            config.limits.redis.password.as_ref().map(|p| p.expose()),
+            Some("from-env")
+        );
+        let debug = format!("{config:?}");
+        assert!(
+            !debug.contains("from-file") && !debug.contains("from-env"),
+            "{debug}"
+        );
+        let found = errors(
+            "[store]\nurl = \"postgres://sy:inline@db:5432/gw\"\npassword_env = \"SY_TEST_REDIS_PASSWORD\"\n\
+             [cluster]\nredis_url = \"redis://h:1\"\nredis_password_env = \"SY_TEST_UNSET_VARIABLE\"\n",
+        );
+        assert_eq!(
+            found,
+            [
+                "cluster.redis_password_env: the environment variable `SY_TEST_UNSET_VARIABLE` is not set",
+                "store.password_env: the URL carries a password too: keep one of them",
+            ]
+        );
+        let _ = std::fs::remove_file(file);
     }
 
     #[test]

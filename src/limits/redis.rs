@@ -21,7 +21,7 @@ use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::{Decision, Lease, LimitKind, Permit, Quota, RateHeaders, Refusal, WindowState};
-use crate::config::Window;
+use crate::config::{RedisTarget, Window};
 use scripts::{ADMIT, CHARGE, RENEW};
 
 /// A Redis that takes longer than this is treated as down, so requests never hang on it.
@@ -69,6 +69,8 @@ impl PendingReleases {
 #[derive(Clone)]
 pub struct RedisLimiter {
     connection: ConnectionManager,
+    /// Host and port, for logs: never the URL, which may carry a password.
+    at: Arc<str>,
     prefix: Arc<str>,
     /// How long a slot is held without a renewal.
     lease: Duration,
@@ -94,6 +96,13 @@ impl RedisFailure {
             RedisFailure::Timeout => "no answer in time",
             RedisFailure::Redis(e) if e.is_timeout() => "no answer in time",
             RedisFailure::Redis(e) if e.is_connection_refusal() => "connection refused",
+            RedisFailure::Redis(e) if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                "authentication failed: check the password"
+            }
+            // A handshake refused: the words are rustls's, which never hold the URL.
+            RedisFailure::Redis(e) if e.to_string().contains("certificate") => {
+                "TLS certificate refused: check rediss:// host name and redis_ca_file"
+            }
             RedisFailure::Redis(e) if e.is_connection_dropped() => "connection lost",
             RedisFailure::Redis(e) if e.is_io_error() => "connection failed",
             RedisFailure::Redis(_) => "redis answered with an error",
@@ -117,15 +126,21 @@ impl RedisFailure {
 
 impl RedisLimiter {
     /// Connects lazily: the first request makes the connection, and lost ones are remade.
-    pub fn new(url: &str, prefix: &str, lease: Duration) -> Result<RedisLimiter, RedisError> {
-        let client = redis::Client::open(url)?;
+    pub fn new(
+        target: &RedisTarget,
+        prefix: &str,
+        lease: Duration,
+    ) -> Result<RedisLimiter, String> {
+        let client = target.client()?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(250)))
             .set_response_timeout(Some(TIMEOUT))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
         Ok(RedisLimiter {
-            connection: ConnectionManager::new_lazy_with_config(client, config)?,
+            connection: ConnectionManager::new_lazy_with_config(client, config)
+                .map_err(|e| format!("the Redis client refuses its settings: {:?}", e.kind()))?,
+            at: Arc::from(target.shown()),
             prefix: Arc::from(prefix),
             lease,
             admit: Arc::new(Script::new(ADMIT)),
@@ -133,6 +148,11 @@ impl RedisLimiter {
             charge: Arc::new(Script::new(CHARGE)),
             pending: Arc::default(),
         })
+    }
+
+    /// Host and port of the Redis, for logs.
+    pub fn at(&self) -> &str {
+        &self.at
     }
 
     /// The user's keys; the hash tag keeps them in one slot of a Redis cluster.

@@ -3,7 +3,7 @@
 //! A small pool of connections serves reads and writes; the schema is migrated at start
 //! under an advisory lock (see [`migrate`]); every change bumps the generation counter and
 //! sends a `NOTIFY` in the same transaction, which [`listen`] turns into a reload on every
-//! instance. No TLS: a `sslmode` other than `disable` is refused (see [`parse_url`]).
+//! instance. TLS follows libpq's `sslmode` and `sslrootcert` (see [`tls`]).
 
 mod listen;
 mod migrate;
@@ -14,17 +14,19 @@ mod rollup;
 pub mod testdb;
 #[cfg(test)]
 mod tests;
+mod tls;
 
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::config::SslMode;
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use listen::Listener;
 
 use super::sqlite::hash_key;
 use super::{LimitOverrides, StoreError, VirtualKey, now_ms};
+use crate::keys::Secret;
 
 /// The channel every change is announced on; the payload is the new generation.
 pub const CHANNEL: &str = "switchyard_store";
@@ -47,6 +49,7 @@ pub struct PgStore {
     pool: Pool,
     /// What the listener connects with (shared: clones of the store are many, and cheap).
     config: std::sync::Arc<tokio_postgres::Config>,
+    connector: MakeRustlsConnect,
 }
 
 /// Whether a store URL names PostgreSQL.
@@ -54,31 +57,92 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
-/// Parses a `postgres://user[:password]@host[:port]/db` URL; `sslmode` may only be
-/// `disable`, because this build connects without TLS.
-pub fn parse_url(url: &str) -> Result<tokio_postgres::Config, String> {
-    let query = url.split_once('?').map_or("", |(_, q)| q);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if name == "sslmode" && value != "disable" {
-            return Err(format!(
-                "sslmode={value} is not supported: Switchyard connects to PostgreSQL without \
-                 TLS, so reach it on localhost or a private network and use sslmode=disable \
-                 (or leave sslmode out)"
-            ));
+/// Where the store is and how to reach it: the driver's config, and TLS as the URL's
+/// `sslmode` and `sslrootcert` say (see [`tls`]).
+#[derive(Clone)]
+pub struct Target {
+    pub config: tokio_postgres::Config,
+    tls: tls::Mode,
+    root_cert: Option<String>,
+}
+
+impl Target {
+    /// Parses a `postgres://user[:password]@host[:port]/db[?sslmode=…&sslrootcert=…]` URL.
+    pub fn parse(url: &str) -> Result<Target, String> {
+        // The driver knows `sslmode` only up to `require`, and not `sslrootcert`: both are
+        // taken out here, and the rest of the URL is the driver's to read.
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut tls = tls::Mode::Prefer;
+        let mut root_cert = None;
+        let mut rest = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=').unwrap_or((pair, "")) {
+                ("sslmode", value) => tls = tls::Mode::parse(value)?,
+                ("sslrootcert", path) => {
+                    let path = url::form_urlencoded::parse(path.as_bytes())
+                        .next()
+                        .map_or_else(|| path.to_owned(), |(k, _)| k.into_owned());
+                    if !std::path::Path::new(&path).is_file() {
+                        return Err(format!("sslrootcert `{path}` is not a file"));
+                    }
+                    root_cert = Some(path);
+                }
+                _ => rest.push(pair),
+            }
         }
+        if root_cert.is_some() && tls == tls::Mode::Disable {
+            return Err("sslrootcert is set but sslmode=disable turns TLS off".into());
+        }
+        let driver_url = if rest.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", rest.join("&"))
+        };
+        let mut config: tokio_postgres::Config = driver_url
+            .parse()
+            // The driver's message never repeats the URL, so no password leaks through it.
+            .map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+        if config.get_dbname().is_none() {
+            return Err(
+                "the PostgreSQL URL names no database (postgres://user@host:port/db)".into(),
+            );
+        }
+        config.ssl_mode(tls.negotiation());
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.application_name("switchyard");
+        Ok(Target {
+            config,
+            tls,
+            root_cert,
+        })
     }
-    let mut config: tokio_postgres::Config = url
-        .parse()
-        // The driver's message never repeats the URL, so no password leaks through it.
-        .map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
-    if config.get_dbname().is_none() {
-        return Err("the PostgreSQL URL names no database (postgres://user@host:port/db)".into());
+
+    /// The connector every connection to this target is made with.
+    pub fn connector(&self) -> Result<MakeRustlsConnect, String> {
+        tls::connector(self.tls, self.root_cert.as_deref())
     }
-    config.ssl_mode(SslMode::Disable);
-    config.connect_timeout(CONNECT_TIMEOUT);
-    config.application_name("switchyard");
-    Ok(config)
+
+    /// Host, port and database, without the password: what logs and errors may show.
+    pub fn shown(&self) -> String {
+        shown_url(&self.config)
+    }
+}
+
+/// `error` and what caused it: the driver's words for a failed handshake stop at "error
+/// performing TLS handshake", and the reason (a certificate for another name, an unknown
+/// issuer) is in its source. None of them repeats the URL.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut said = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        let words = error.to_string();
+        if !said.contains(&words) {
+            said.push_str(": ");
+            said.push_str(&words);
+        }
+        cause = error.source();
+    }
+    said
 }
 
 /// The URL without its password: what logs and errors may show.
@@ -96,10 +160,20 @@ pub fn shown_url(config: &tokio_postgres::Config) -> String {
 impl PgStore {
     /// Connects, and migrates the schema (once, whatever the number of instances starting).
     pub async fn open(url: &str) -> Result<PgStore, StoreError> {
-        let config = parse_url(url).map_err(StoreError::BadUrl)?;
+        PgStore::open_with(url, None).await
+    }
+
+    /// As [`PgStore::open`], with the password from `[store] password_env` or `password_file`.
+    pub async fn open_with(url: &str, password: Option<&Secret>) -> Result<PgStore, StoreError> {
+        let mut target = Target::parse(url).map_err(StoreError::BadUrl)?;
+        if let Some(password) = password {
+            target.config.password(password.expose());
+        }
+        let connector = target.connector().map_err(StoreError::BadUrl)?;
+        let config = target.config;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -115,17 +189,21 @@ impl PgStore {
         let store = PgStore {
             pool,
             config: std::sync::Arc::new(config),
+            connector,
         };
+        // The first connection says at once, and by address, what stands in the way: a host
+        // that does not answer, a certificate refused, a password wrong.
+        drop(store.client().await?);
         migrate::run(&store).await?;
         Ok(store)
     }
 
     /// A pooled connection.
     pub(super) async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
-        self.pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Pool(e.to_string()))
+        self.pool.get().await.map_err(|e| StoreError::Connect {
+            at: self.shown(),
+            why: with_causes(&e),
+        })
     }
 
     /// Where the store is, without its password.
@@ -135,7 +213,7 @@ impl PgStore {
 
     /// Starts listening for changes made by any instance; see [`Listener`].
     pub fn listen(&self) -> Listener {
-        Listener::start((*self.config).clone())
+        Listener::start((*self.config).clone(), self.connector.clone())
     }
 
     pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use switchyard::budgets::{Budget, Period, RedisBudgets, Verdict};
-use switchyard::config::DEFAULT_LEASE;
+use switchyard::config::{DEFAULT_LEASE, RedisTarget};
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::limits::RedisLimiter;
 use switchyard::server::Gateway;
@@ -386,7 +386,12 @@ mod redis {
             return;
         }
         let prefix = prefix();
-        let limiter = RedisLimiter::new("redis://127.0.0.1:6379", &prefix, DEFAULT_LEASE).unwrap();
+        let limiter = RedisLimiter::new(
+            &RedisTarget::url("redis://127.0.0.1:6379"),
+            &prefix,
+            DEFAULT_LEASE,
+        )
+        .unwrap();
         let budgets = RedisBudgets::on(limiter, Duration::from_secs(60));
         let budget = Budget {
             per_day: Some(25_000),

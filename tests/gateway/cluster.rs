@@ -241,14 +241,14 @@ async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_s
 }
 
 #[test]
-fn check_and_serve_refuse_a_sslmode_they_cannot_honour() {
+fn check_and_serve_refuse_a_sslmode_they_do_not_know_and_name_a_store_they_cannot_reach() {
     let path = std::env::temp_dir().join(format!("switchyard-tls-{}.toml", uuid::Uuid::now_v7()));
-    std::fs::write(
-        &path,
-        "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"postgres://sy:s3cret@127.0.0.1:1/db?sslmode=require\"\n",
-    )
-    .unwrap();
-    for command in ["check", "serve"] {
+    let config = |query: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"postgres://sy:s3cret@127.0.0.1:1/db?{query}\"\n"
+        )
+    };
+    let run = |command: &str| {
         let output = std::process::Command::new(BIN)
             .args([command, "--config"])
             .arg(&path)
@@ -256,12 +256,23 @@ fn check_and_serve_refuse_a_sslmode_they_cannot_honour() {
             .output()
             .unwrap();
         assert!(!output.status.success(), "{command} refuses it");
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(!stderr.contains("s3cret"), "{command}: {stderr}");
+        stderr
+    };
+    std::fs::write(&path, config("sslmode=allow-anything")).unwrap();
+    for command in ["check", "serve"] {
+        let stderr = run(command);
         assert!(
-            stderr.contains("store.url: sslmode=require is not supported"),
+            stderr.contains("store.url: sslmode=allow-anything is not one of disable, prefer"),
             "{command}: {stderr}"
         );
-        assert!(!stderr.contains("s3cret"), "{command}: {stderr}");
     }
+    std::fs::write(&path, config("sslmode=require")).unwrap();
+    let stderr = run("serve");
+    assert!(
+        stderr.contains("cannot reach PostgreSQL at 127.0.0.1:1/db"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_file(&path);
 }

@@ -324,3 +324,30 @@ async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
         .expect("the admin API works again once the store answers");
     gateway.terminate();
 }
+
+/// The connection that listens for store changes, when its server goes silent with the socket
+/// open (a hung host, a route that drops packets): no error ever arrives on it, so the
+/// listener asks it a question now and then, gives it up when no answer comes, and connects
+/// again, instead of waiting on it for ever while changes go unheard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listening_connection_gone_silent_is_given_up_and_remade() {
+    let test = "a_listening_connection_gone_silent_is_given_up_and_remade";
+    let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
+        return;
+    };
+    let store = switchyard::store::postgres::PgStore::open(&url)
+        .await
+        .unwrap();
+    let mut listener = store.listen();
+    // Its first connection counts as a change.
+    tokio::time::timeout(Duration::from_secs(10), listener.changed())
+        .await
+        .expect("the listener connects");
+    let before = proxy.accepted();
+    proxy.freeze(true);
+    // Its check every 15 s, 3 s for the answer, half a second before connecting again.
+    tokio::time::timeout(Duration::from_secs(40), proxy.accepted_more_than(before))
+        .await
+        .expect("the silent connection is given up and a new one tried");
+    proxy.freeze(false);
+}

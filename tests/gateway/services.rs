@@ -36,6 +36,8 @@ pub fn redis_reachable(test: &str) -> bool {
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// Arguments beside the port's, such as TLS's.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -46,7 +48,44 @@ impl RedisServer {
             .local_addr()
             .unwrap()
             .port();
-        let mut server = RedisServer { port, child: None };
+        RedisServer::start_with(test, port, Vec::new())
+    }
+
+    /// One that takes TLS connections only, on `port`, with `cert` and `key` (PEM files), and
+    /// asks for `password`.
+    pub fn start_tls(test: &str, cert: &str, key: &str, password: &str) -> Option<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let extra = [
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            cert,
+            "--tls-key-file",
+            key,
+            "--tls-ca-cert-file",
+            cert,
+            "--tls-auth-clients",
+            "no",
+            "--requirepass",
+            password,
+        ];
+        // The plain port is 0: off.
+        RedisServer::start_with(test, 0, extra.map(str::to_owned).to_vec()).map(|mut server| {
+            server.port = port;
+            server
+        })
+    }
+
+    fn start_with(test: &str, port: u16, extra: Vec<String>) -> Option<RedisServer> {
+        let mut server = RedisServer {
+            port,
+            child: None,
+            extra,
+        };
         if !server.spawn() {
             skip(test, "redis-server is not installed");
             return None;
@@ -67,6 +106,7 @@ impl RedisServer {
                 "--appendonly",
                 "no",
             ])
+            .args(&self.extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn();
@@ -134,6 +174,16 @@ pub struct PgServer {
 impl PgServer {
     /// Initialises and starts one, or returns `None` (having said why) without `initdb`.
     pub fn start(test: &str) -> Option<PgServer> {
+        PgServer::start_with(test, None)
+    }
+
+    /// One that takes connections over TLS only, with `cert` and `key` (PEM), and asks
+    /// for `password` (SCRAM) from user `postgres`.
+    pub fn start_tls(test: &str, cert: &str, key: &str, password: &str) -> Option<PgServer> {
+        PgServer::start_with(test, Some((cert, key, password)))
+    }
+
+    fn start_with(test: &str, tls: Option<(&str, &str, &str)>) -> Option<PgServer> {
         let Some(bin) = pg_bin_dir() else {
             skip(test, "initdb is not installed (apt-get install postgresql)");
             return None;
@@ -157,9 +207,19 @@ impl PgServer {
         }
         let server = PgServer { port, dir, bin };
         let data = server.dir.join("data");
-        let init = server
-            .command("initdb")
-            .args(["--auth=trust", "--username=postgres", "--no-sync", "-D"])
+        let mut initdb = server.command("initdb");
+        initdb.args(["--auth=trust", "--username=postgres", "--no-sync"]);
+        if let Some((_, _, password)) = tls {
+            let file = server.dir.join("password");
+            std::fs::write(&file, password).unwrap();
+            server.own(&file);
+            initdb
+                .arg("--auth-host=scram-sha-256")
+                .arg("--pwfile")
+                .arg(&file);
+        }
+        let init = initdb
+            .arg("-D")
             .arg(&data)
             .stdout(Stdio::null())
             .output()
@@ -169,8 +229,46 @@ impl PgServer {
             "initdb: {}",
             String::from_utf8_lossy(&init.stderr)
         );
+        if let Some((cert, key, _)) = tls {
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let path = data.join(name);
+                std::fs::write(&path, pem).unwrap();
+                let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+                std::fs::set_permissions(&path, owner_only).unwrap();
+                server.own(&path);
+            }
+            let mut conf = std::fs::OpenOptions::new()
+                .append(true)
+                .open(data.join("postgresql.conf"))
+                .unwrap();
+            writeln!(
+                conf,
+                "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'"
+            )
+            .unwrap();
+            // TCP over TLS only, with the password; the socket (the test's own tools) trusted.
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 scram-sha-256\n\
+                 hostssl all all ::1/128 scram-sha-256\n\
+                 hostnossl all all 0.0.0.0/0 reject\n",
+            )
+            .unwrap();
+        }
         server.restart();
         Some(server)
+    }
+
+    /// Hands a file to the `postgres` user, when the test runs as root.
+    fn own(&self, path: &std::path::Path) {
+        if as_root() {
+            let chown = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(path)
+                .status();
+            assert!(chown.unwrap().success());
+        }
     }
 
     fn command(&self, program: &str) -> Command {

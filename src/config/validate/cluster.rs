@@ -1,8 +1,9 @@
 //! `[cluster]`: the Redis through which instances share their breakers.
 
 use super::Errors;
+use super::password;
 use crate::config::raw::RawCluster;
-use crate::config::{ClusterConfig, LimitBackend, LimitsConfig};
+use crate::config::{ClusterConfig, LimitBackend, LimitsConfig, RedisTarget};
 
 /// Longest `key_prefix`: keys and channel names stay short.
 const MAX_PREFIX: usize = 128;
@@ -11,12 +12,16 @@ const MAX_PREFIX: usize = 128;
 /// shared by every instance is the natural place for their breakers too.
 /// `shared_breakers = false` keeps breakers local all the same.
 pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> ClusterConfig {
-    let redis_url = match raw.redis_url {
-        Some(url) => {
-            check_redis_url(errors, "cluster.redis_url", &url);
-            Some(url)
-        }
-        None => (limits.backend == LimitBackend::Redis).then(|| limits.redis_url.clone()),
+    let redis = match raw.redis_url {
+        Some(url) => Some(redis_target(
+            errors,
+            "cluster",
+            url,
+            raw.redis_password_env,
+            raw.redis_password_file,
+            raw.redis_ca_file,
+        )),
+        None => (limits.backend == LimitBackend::Redis).then(|| limits.redis.clone()),
     }
     .filter(|_| raw.shared_breakers.unwrap_or(true));
     let key_prefix = match raw.key_prefix {
@@ -33,22 +38,62 @@ pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> C
         }
         None => limits.key_prefix.clone(),
     };
-    ClusterConfig {
-        redis_url,
-        key_prefix,
-    }
+    ClusterConfig { redis, key_prefix }
 }
 
-/// Names the field when `url` is not a Redis URL; the URL itself may carry a password, so
-/// only its scheme is repeated.
-pub fn check_redis_url(errors: &mut Errors, field: &str, url: &str) {
-    match url::Url::parse(url) {
-        Ok(parsed) if matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {}
-        _ => errors.add(
-            field,
-            "is not a Redis URL like redis://127.0.0.1:6379 (redis, rediss or unix scheme)",
-        ),
+/// `section`'s Redis: its URL (checked as the client will read it, without connecting),
+/// its password from the environment or a file, and the CA file for `rediss://`. The URL
+/// itself may carry a password, so errors never repeat it.
+pub fn redis_target(
+    errors: &mut Errors,
+    section: &str,
+    url: String,
+    password_env: Option<String>,
+    password_file: Option<String>,
+    ca_file: Option<String>,
+) -> RedisTarget {
+    let field = format!("{section}.redis_url");
+    let password = password::password(
+        errors,
+        &format!("{section}.redis_password"),
+        password_env,
+        password_file,
+    );
+    let mut target = RedisTarget::url(url);
+    target.password = password;
+    match url::Url::parse(&target.url) {
+        Ok(parsed) if matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") => {
+            if target.password.is_some() && parsed.password().is_some() {
+                errors.add(
+                    format!("{section}.redis_password_env"),
+                    "the URL carries a password too: keep one of them",
+                );
+            }
+        }
+        _ => {
+            errors.add(
+                &field,
+                "is not a Redis URL like redis://127.0.0.1:6379 (redis, rediss or unix scheme)",
+            );
+            return target;
+        }
     }
+    match ca_file {
+        Some(_) if !target.tls() => errors.add(
+            format!("{section}.redis_ca_file"),
+            "applies to rediss:// URLs only: use rediss:// for TLS",
+        ),
+        Some(path) if !std::path::Path::new(&path).is_file() => errors.add(
+            format!("{section}.redis_ca_file"),
+            format!("`{path}` is not a file"),
+        ),
+        Some(path) => target.ca_file = Some(path.into()),
+        None => {}
+    }
+    if let Err(problem) = target.client() {
+        errors.add(&field, problem);
+    }
+    target
 }
 
 #[cfg(test)]
@@ -62,20 +107,26 @@ mod tests {
     #[test]
     fn breakers_stay_local_unless_redis_is_configured() {
         let config = parse("").unwrap();
-        assert_eq!(config.cluster.redis_url, None);
+        assert_eq!(config.cluster.redis, None);
         let config = parse(
             "[limits]\nbackend = \"redis\"\nredis_url = \"redis://h:7/\"\nkey_prefix = \"p\"\n",
         )
         .unwrap();
-        assert_eq!(config.cluster.redis_url.as_deref(), Some("redis://h:7/"));
+        assert_eq!(
+            config.cluster.redis.as_ref().map(|r| r.url.as_str()),
+            Some("redis://h:7/")
+        );
         assert_eq!(config.cluster.key_prefix, "p");
         let config =
             parse("[cluster]\nredis_url = \"redis://c:6379\"\nkey_prefix = \"c1\"\n").unwrap();
-        assert_eq!(config.cluster.redis_url.as_deref(), Some("redis://c:6379"));
+        assert_eq!(
+            config.cluster.redis.as_ref().map(|r| r.url.as_str()),
+            Some("redis://c:6379")
+        );
         assert_eq!(config.cluster.key_prefix, "c1");
         let config =
             parse("[limits]\nbackend = \"redis\"\n[cluster]\nshared_breakers = false\n").unwrap();
-        assert_eq!(config.cluster.redis_url, None);
+        assert_eq!(config.cluster.redis, None);
     }
 
     #[test]

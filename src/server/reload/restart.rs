@@ -35,11 +35,17 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
     keep!(server.drain_delay);
     keep!(server.threads);
     // The open store, the vault sealed for it, and its rollback window.
-    keep!(store.url);
+    keep!(store);
     keep!(keys.rollback_window);
     // The limiter's backend; the roles and `on_backend_error` do reload.
     keep!(limits.backend);
-    keep!(limits.redis_url);
+    if running.limits.redis != new.limits.redis {
+        new.limits.redis = running.limits.redis.clone();
+        changed.push(FieldError {
+            field: "limits.redis_url".into(),
+            message: "needs a restart: the running value is kept until then".into(),
+        });
+    }
     keep!(limits.key_prefix);
     keep!(limits.lease);
     // The key directory's rules for callers without a key, and the 401 budget.
@@ -56,7 +62,7 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
     keep!(admin.max_concurrent_scorecards);
     // The breakers' link to the cluster's Redis is made once. Compared by value, since its
     // `Debug` hides the URL.
-    if running.cluster.redis_url != new.cluster.redis_url
+    if running.cluster.redis != new.cluster.redis
         || running.cluster.key_prefix != new.cluster.key_prefix
     {
         new.cluster = running.cluster.clone();
@@ -98,7 +104,7 @@ mod tests {
         );
         assert_eq!(kept.server.listen, running.server.listen);
         assert_eq!(kept.server.max_body_bytes, running.server.max_body_bytes);
-        assert_eq!(kept.cluster.redis_url, None);
+        assert_eq!(kept.cluster.redis, None);
         assert_eq!(kept.roles[0].requests_per_minute, Some(5), "roles reload");
     }
 

@@ -8,12 +8,21 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::CHANNEL;
 
 /// How long to wait before connecting again after the connection was lost.
 const RECONNECT: Duration = Duration::from_millis(500);
+
+/// How often an idle listening connection is asked whether it still answers: a server that
+/// went silent with the connection open (a hung host, a dropped route) sends no error, and
+/// without the question the listener would wait on it for ever.
+const CHECK_EVERY: Duration = Duration::from_secs(15);
+
+/// How long connecting, `LISTEN`, and each check may take before the connection is given up.
+const ANSWER_WITHIN: Duration = Duration::from_secs(3);
 
 /// Wakes its owner when the store may have changed; stops listening when dropped.
 pub struct Listener {
@@ -21,10 +30,10 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub(super) fn start(config: tokio_postgres::Config) -> Listener {
+    pub(super) fn start(config: tokio_postgres::Config, tls: MakeRustlsConnect) -> Listener {
         // One pending wake-up is enough: the watcher reloads everything on each.
         let (sender, changes) = mpsc::channel(1);
-        tokio::spawn(listen(config, sender));
+        tokio::spawn(listen(config, tls, sender));
         Listener { changes }
     }
 
@@ -38,10 +47,10 @@ impl Listener {
     }
 }
 
-async fn listen(config: tokio_postgres::Config, sender: mpsc::Sender<()>) {
+async fn listen(config: tokio_postgres::Config, tls: MakeRustlsConnect, sender: mpsc::Sender<()>) {
     let mut was_up = true;
     while !sender.is_closed() {
-        match listen_once(&config, &sender).await {
+        match listen_once(&config, &tls, &sender).await {
             Ok(()) => {
                 if !was_up {
                     tracing::info!("listening for store changes again");
@@ -65,9 +74,14 @@ async fn listen(config: tokio_postgres::Config, sender: mpsc::Sender<()>) {
 /// Listens on one connection until it is lost (or the owner is gone).
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &MakeRustlsConnect,
     sender: &mpsc::Sender<()>,
-) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+) -> Result<(), String> {
+    let connect = tokio::time::timeout(ANSWER_WITHIN, config.connect(tls.clone()));
+    let (client, mut connection) = match connect.await {
+        Ok(connected) => connected.map_err(|e| e.to_string())?,
+        Err(_) => return Err(format!("no connection within {ANSWER_WITHIN:?}")),
+    };
     let (message_sender, mut messages) = mpsc::unbounded_channel();
     // The connection only moves when polled: this task pumps it, handing on what it says.
     let pump = tokio::spawn(async move {
@@ -78,11 +92,18 @@ async fn listen_once(
             }
         }
     });
-    let listening = client.batch_execute(&format!("LISTEN {CHANNEL}")).await;
+    let listen = format!("LISTEN {CHANNEL}");
+    let listening = match tokio::time::timeout(ANSWER_WITHIN, client.batch_execute(&listen)).await {
+        Ok(listening) => listening.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("LISTEN had no answer within {ANSWER_WITHIN:?}")),
+    };
     if let Err(error) = listening {
         pump.abort();
         return Err(error);
     }
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    check.tick().await;
     // Anything may have changed while no connection listened.
     let _ = sender.try_send(());
     let result = loop {
@@ -92,9 +113,16 @@ async fn listen_once(
                     let _ = sender.try_send(());
                 }
                 Some(Ok(_)) => {}
-                Some(Err(error)) => break Err(error),
+                Some(Err(error)) => break Err(error.to_string()),
                 None => break Ok(()),
             },
+            _ = check.tick() => {
+                match tokio::time::timeout(ANSWER_WITHIN, client.batch_execute("")).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => break Err(error.to_string()),
+                    Err(_) => break Err(format!("no answer within {ANSWER_WITHIN:?}")),
+                }
+            }
             () = sender.closed() => break Ok(()),
         }
     };

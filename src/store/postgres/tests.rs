@@ -99,16 +99,30 @@ async fn a_change_on_one_instance_wakes_the_listener_of_another() {
 
 #[test]
 fn urls_are_checked_and_shown_without_their_password() {
-    let config = super::parse_url("postgres://sy:s3cret@db.internal:6543/gateway").unwrap();
-    assert_eq!(super::shown_url(&config), "db.internal:6543/gateway");
-    assert!(!format!("{config:?}").contains("s3cret"));
-    assert!(super::parse_url("postgres://sy@db/gateway?sslmode=disable").is_ok());
-    let refused = super::parse_url("postgres://sy@db/gateway?sslmode=require").unwrap_err();
+    let parse = super::Target::parse;
+    let target = parse("postgres://sy:s3cret@db.internal:6543/gateway").unwrap();
+    assert_eq!(target.shown(), "db.internal:6543/gateway");
+    assert!(!format!("{:?}", target.config).contains("s3cret"));
+    for mode in ["disable", "prefer", "require", "verify-ca", "verify-full"] {
+        let url = format!("postgres://sy@db/gateway?sslmode={mode}&connect_timeout=2");
+        assert!(parse(&url).is_ok(), "{mode}");
+    }
+    let refused = parse("postgres://sy@db/gateway?sslmode=allow-anything")
+        .err()
+        .unwrap();
     assert!(
-        refused.contains("sslmode=require is not supported"),
+        refused.contains("sslmode=allow-anything is not one of"),
         "{refused}"
     );
-    let no_db = super::parse_url("postgres://sy@db").unwrap_err();
+    let missing =
+        parse("postgres://sy@db/gateway?sslmode=verify-full&sslrootcert=/nonexistent.pem");
+    assert!(
+        missing
+            .err()
+            .unwrap()
+            .contains("sslrootcert `/nonexistent.pem` is not a file")
+    );
+    let no_db = parse("postgres://sy@db").err().unwrap();
     assert!(no_db.contains("names no database"), "{no_db}");
 }
 

@@ -27,6 +27,8 @@ struct Shared {
     frozen: watch::Sender<bool>,
     /// How late each reply is passed on: a server that answers, slowly.
     delay: watch::Sender<std::time::Duration>,
+    /// Connections accepted so far, frozen or not.
+    accepted: watch::Sender<u64>,
 }
 
 impl Shared {
@@ -53,10 +55,12 @@ impl Proxy {
             lose: Mutex::new(None),
             frozen: watch::Sender::new(false),
             delay: watch::Sender::new(std::time::Duration::ZERO),
+            accepted: watch::Sender::new(0),
         });
         let accepting = shared.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                accepting.accepted.send_modify(|n| *n += 1);
                 let shared = accepting.clone();
                 let cut = shared.cuts.subscribe();
                 tokio::spawn(async move {
@@ -97,6 +101,21 @@ impl Proxy {
     /// Passes each reply on `delay` late (zero: at once), keeping every connection open.
     pub fn delay(&self, delay: std::time::Duration) {
         self.shared.delay.send_replace(delay);
+    }
+
+    /// How many connections it has accepted.
+    pub fn accepted(&self) -> u64 {
+        *self.shared.accepted.borrow()
+    }
+
+    /// Resolves once it has accepted more than `count` connections.
+    pub async fn accepted_more_than(&self, count: u64) {
+        let _ = self
+            .shared
+            .accepted
+            .subscribe()
+            .wait_for(|n| *n > count)
+            .await;
     }
 
     /// How many cuts there have been.

@@ -29,7 +29,8 @@ async fn check_serve_and_reload_refuse_the_same_store_and_redis_urls() {
     let bad = [
         (
             "limits.redis_url",
-            "[limits]\nbackend = \"redis\"\nredis_url = \"rediss://127.0.0.1:6379\"\n".to_owned(),
+            "[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/not-a-db\"\n"
+                .to_owned(),
         ),
         (
             "store.url",
