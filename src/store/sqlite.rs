@@ -1,11 +1,14 @@
 //! The embedded store: one SQLite file, migrated on open.
 
+mod held;
 mod provider_keys;
 mod request_log;
 mod response_state;
 mod rollup;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use held::{BUSY_TIMEOUT, Held};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
@@ -125,18 +128,13 @@ const MIGRATIONS: &[&str] = &[
 /// The migration that adds the rollups; a store that had rows before it is backfilled.
 const ROLLUP_MIGRATION: usize = 3;
 
-/// How long a write waits for another process's lock before failing; the CLI's writes last
-/// milliseconds.
-const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// SQLite behind one writing connection, and one more for long reads.
 #[derive(Clone)]
 pub struct SqliteStore {
-    // A sync mutex: every use is inside `spawn_blocking`, never across an await.
-    connection: Arc<Mutex<Connection>>,
+    connection: Arc<Held>,
     /// The scorecard's reads; WAL lets them run beside the writer. An in-memory store has
     /// one connection, so there it is the same one.
-    reader: Arc<Mutex<Connection>>,
+    reader: Arc<Held>,
 }
 
 impl SqliteStore {
@@ -159,20 +157,14 @@ impl SqliteStore {
             // commits, not a process crash. FULL would fsync every request-log batch, which
             // at low load means every request: the writer's largest cost by far.
             connection.pragma_update(None, "synchronous", "NORMAL")?;
-            connection.busy_timeout(BUSY_TIMEOUT)?;
             Ok(connection)
         })
         .await?;
         let store = SqliteStore::migrated(connection).await?;
         let path = path_of(&store).await?;
-        let reader = blocking(move || {
-            let reader = Connection::open(&path)?;
-            reader.busy_timeout(BUSY_TIMEOUT)?;
-            Ok(reader)
-        })
-        .await?;
+        let reader = blocking(move || Held::new(Connection::open(&path)?)).await?;
         Ok(SqliteStore {
-            reader: Arc::new(Mutex::new(reader)),
+            reader: Arc::new(reader),
             ..store
         })
     }
@@ -185,7 +177,7 @@ impl SqliteStore {
 
     async fn migrated(connection: Connection) -> Result<SqliteStore, StoreError> {
         rollup::register(&connection)?;
-        let connection = Arc::new(Mutex::new(connection));
+        let connection = Arc::new(Held::new(connection)?);
         let store = SqliteStore {
             reader: connection.clone(),
             connection,
@@ -216,12 +208,7 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let reader = self.reader.clone();
-        blocking(move || {
-            let mut reader = reader.lock().unwrap_or_else(|e| e.into_inner());
-            work(&mut reader)
-        })
-        .await
+        self.reader.run(BUSY_TIMEOUT, work).await
     }
 
     /// Runs `work` on the blocking pool with the connection.
@@ -229,13 +216,16 @@ impl SqliteStore {
         &self,
         work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let connection = self.connection.clone();
-        blocking(move || {
-            // A poisoned lock means a panic mid-query; SQLite rolled that transaction back.
-            let mut connection = connection.lock().unwrap_or_else(|e| e.into_inner());
-            work(&mut connection)
-        })
-        .await
+        self.connection.run(BUSY_TIMEOUT, work).await
+    }
+
+    /// As [`SqliteStore::with`], waiting at most `busy_limit` on another process's lock.
+    pub(super) async fn with_busy_limit<T: Send + 'static>(
+        &self,
+        busy_limit: std::time::Duration,
+        work: impl FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.connection.run(busy_limit, work).await
     }
 
     pub async fn insert_virtual_key(&self, key: VirtualKey) -> Result<(), StoreError> {
@@ -515,6 +505,38 @@ mod tests {
         drop(store);
         let again = SqliteStore::open(&path).await.unwrap();
         assert_eq!(again.virtual_keys().await.unwrap().len(), 1);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{path}{suffix}"));
+        }
+    }
+
+    /// A write whose caller stopped waiting (its `[store] timeout`) while another process
+    /// held the database's write lock: the call gives its connection up at once, instead of
+    /// holding it for the whole lock wait (5 s) while every later call queues behind it, and
+    /// its write never happens.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_given_up_on_lets_go_of_its_connection_and_never_lands() {
+        let path =
+            std::env::temp_dir().join(format!("switchyard-store-{}.db", uuid::Uuid::now_v7()));
+        let path = path.to_string_lossy().into_owned();
+        let store = SqliteStore::open(&path).await.unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let given_up = crate::store::within(
+            std::time::Duration::from_millis(50),
+            store.insert_virtual_key(key("k1", "sy-0123456789abcdef")),
+        )
+        .await;
+        assert!(
+            matches!(given_up, Err(StoreError::Timeout(_))),
+            "{given_up:?}"
+        );
+        // A read on the same connection: WAL lets it past the other's lock, and only the
+        // abandoned write could hold it up. Far under the 5 s that write would wait.
+        let read = crate::store::within(std::time::Duration::from_secs(2), store.generation());
+        assert_eq!(read.await.unwrap(), 0, "the connection is free");
+        other.execute_batch("ROLLBACK").unwrap();
+        assert!(store.virtual_keys().await.unwrap().is_empty());
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{path}{suffix}"));
         }

@@ -3,7 +3,7 @@
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, Row, params, params_from_iter};
 
-use super::{BUSY_TIMEOUT, SqliteStore, rollup};
+use super::{SqliteStore, rollup};
 use crate::store::StoreError;
 use crate::store::request_log::{LogQuery, LogRow, Pace};
 use crate::store::rollup::{MINUTE_MS, Rollups};
@@ -27,11 +27,8 @@ impl SqliteStore {
         pace: Pace,
     ) -> Result<usize, StoreError> {
         let rows = rows.into();
-        self.with(move |connection| {
-            connection.busy_timeout(LOG_BUSY_TIMEOUT)?;
-            let inserted = insert_rows(connection, &rows, pace);
-            connection.busy_timeout(BUSY_TIMEOUT)?;
-            Ok(inserted?)
+        self.with_busy_limit(LOG_BUSY_TIMEOUT, move |connection| {
+            Ok(insert_rows(connection, &rows, pace)?)
         })
         .await
     }
