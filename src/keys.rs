@@ -185,19 +185,18 @@ impl KeyRing {
         })
     }
 
-    /// Whether the provider has a key, not expired nor in `tried`, that is only benched (a
-    /// 401/403 or its `retry-after`): a step without a usable key is then `benched`, not
-    /// `no_key`, since it comes back by itself.
-    pub fn has_benched(&self, provider: &ProviderId, tried: &[Arc<str>]) -> bool {
+    /// When the soonest of the provider's keys, not expired nor in `tried`, that are only
+    /// benched (a 401/403 or its `retry-after`) comes back; `None` when none is. A step
+    /// without a usable key is then `benched`, not `no_key`, since it comes back by itself.
+    pub fn benched_until(&self, provider: &ProviderId, tried: &[Arc<str>]) -> Option<Instant> {
         let now = Instant::now();
         let providers = self.lock();
-        providers.get(provider).is_some_and(|keys| {
-            keys.iter().any(|key| {
-                key.benched_until.is_some_and(|until| until > now)
-                    && !key.expired()
-                    && !tried.contains(&key.lease.id)
-            })
-        })
+        providers
+            .get(provider)?
+            .iter()
+            .filter(|key| !key.expired() && !tried.contains(&key.lease.id))
+            .filter_map(|key| key.benched_until.filter(|until| *until > now))
+            .min()
     }
 
     /// Keeps a key out of use for `cooldown`, after the provider refused it.

@@ -135,6 +135,14 @@ impl Refusal {
             Refusal::Benched { .. } => FailureClass::Benched,
         }
     }
+
+    /// When the deployment may be tried again, where that is known.
+    pub fn until(self) -> Option<Instant> {
+        match self {
+            Refusal::Open { until } | Refusal::Benched { until } => Some(until),
+            Refusal::ProbeInFlight | Refusal::AwaitingLease => None,
+        }
+    }
 }
 
 /// Leave to make one attempt. Hand it back to [`Breaker::record`] or [`Breaker::cancel`].

@@ -108,6 +108,8 @@ pub struct ChainRun<T> {
     /// The provider's own id of the last failed attempt's request, so an answer that names
     /// no serving step still gives the client something to quote to the provider.
     pub last_upstream_request_id: Option<HeaderValue>,
+    /// For skipped steps, by index in `attempts`: when they may be tried again.
+    pub back_at: Vec<(usize, Instant)>,
 }
 
 impl<T> ChainRun<T> {
@@ -174,6 +176,7 @@ pub async fn run_chain<A: Attempter>(
             rate_limited_wait: None,
             hedge_refused: false,
             last_upstream_request_id: None,
+            back_at: Vec::new(),
         },
         total_attempts: 0,
     };
@@ -210,6 +213,9 @@ pub async fn run_chain<A: Attempter>(
                     // After an attempt, the step's failure is that attempt's; say so once.
                     if let (0, Some(class)) = (step_attempts, skip.class) {
                         let deployment = &step.deployments[skip.deployment];
+                        if let Some(until) = skip.until {
+                            walk.run.back_at.push((walk.run.attempts.len(), until));
+                        }
                         walk.run.attempts.push(skipped(index, deployment, class));
                         skipped_open |= class == FailureClass::CircuitOpen;
                     }
@@ -520,11 +526,13 @@ pub fn rate_limited_everywhere<T>(run: &ChainRun<T>) -> Option<Duration> {
         .then_some(wait)
 }
 
-/// One line per step for the 503's message: each step's last failure class, never a secret.
-pub fn describe_failures(attempts: &[AttemptRecord]) -> String {
+/// One line per step for the 503's message: each step's last failure class, and for a step
+/// skipped while benched or open, when it comes back; never a secret.
+pub fn describe_failures<T>(run: &ChainRun<T>) -> String {
+    let now = Instant::now();
     let mut parts: Vec<String> = Vec::new();
     let mut last_step = None;
-    for attempt in attempts {
+    for (index, attempt) in run.attempts.iter().enumerate() {
         // A refused retry ends the chain; it names the deployment whose budget it was.
         if attempt.failure == Some(FailureClass::RetryBudgetExhausted) {
             let (provider, model) = (&attempt.provider, &attempt.model);
@@ -538,8 +546,20 @@ pub fn describe_failures(attempts: &[AttemptRecord]) -> String {
             .status
             .map(|s| format!(" ({s})"))
             .unwrap_or_default();
+        let back = run
+            .back_at
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, until)| {
+                let secs = until.saturating_duration_since(now).as_secs_f64().ceil();
+                match attempt.failure {
+                    Some(FailureClass::CircuitOpen) => format!(", next probe in {secs}s"),
+                    _ => format!(", back in {secs}s"),
+                }
+            })
+            .unwrap_or_default();
         let text = format!(
-            "step {} {}/{}: {class}{status}",
+            "step {} {}/{}: {class}{status}{back}",
             attempt.step, attempt.provider, attempt.model
         );
         if last_step == Some(attempt.step) {

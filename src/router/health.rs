@@ -154,23 +154,30 @@ pub struct Skip {
     pub class: Option<FailureClass>,
     /// The deployment the class is about.
     pub deployment: usize,
+    /// When a deployment of that class may be tried again (its breaker's next probe, its
+    /// bench's end), the soonest; `None` when unknown.
+    pub until: Option<Instant>,
 }
 
 impl Skip {
     /// Keeps the most telling reason: an open breaker explains a skip better than a bench,
     /// and both better than a missing key.
-    fn note(&mut self, class: FailureClass, deployment: usize) {
+    fn note(&mut self, class: FailureClass, deployment: usize, until: Option<Instant>) {
         let rank = |c: Option<FailureClass>| match c {
             Some(FailureClass::CircuitOpen) => 3,
             Some(FailureClass::Benched) => 2,
             Some(_) => 1,
             None => 0,
         };
-        if rank(Some(class)) > rank(self.class) {
+        let (new, old) = (rank(Some(class)), rank(self.class));
+        if new > old {
             *self = Skip {
                 class: Some(class),
                 deployment,
+                until,
             };
+        } else if new == old && until.is_some_and(|u| self.until.is_none_or(|s| u < s)) {
+            self.until = until;
         }
     }
 }
@@ -366,7 +373,7 @@ impl Health {
         let ticket = match ticket {
             Ok(ticket) => ticket,
             Err(refusal) => {
-                skip.note(refusal.class(), chosen);
+                skip.note(refusal.class(), chosen, refusal.until());
                 return Err(skip);
             }
         };
@@ -589,6 +596,7 @@ fn eligibility(
     let mut skip = Skip {
         class: None,
         deployment: 0,
+        until: None,
     };
     let mut eligible = vec![false; step.deployments.len()];
     for (i, deployment) in step.deployments.iter().enumerate() {
@@ -605,12 +613,10 @@ fn eligibility(
             let usable = keys.usable(&provider.id, &tried_keys);
             if usable.is_empty() {
                 // A key the provider refused comes back by itself: benched, not missing.
-                let class = if keys.has_benched(&provider.id, &tried_keys) {
-                    FailureClass::Benched
-                } else {
-                    FailureClass::NoKey
-                };
-                skip.note(class, i);
+                match keys.benched_until(&provider.id, &tried_keys) {
+                    Some(until) => skip.note(FailureClass::Benched, i, Some(until)),
+                    None => skip.note(FailureClass::NoKey, i, None),
+                }
             }
             usable
         });
@@ -621,7 +627,7 @@ fn eligibility(
             checked,
         ) {
             Ok(()) => eligible[i] = true,
-            Err(refusal) => skip.note(refusal.class(), i),
+            Err(refusal) => skip.note(refusal.class(), i, refusal.until()),
         };
         match usable {
             None => check(None),

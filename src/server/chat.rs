@@ -394,7 +394,7 @@ fn exhausted<T>(
         .as_ref()
         .filter(|_| request.operation != Operation::Embeddings);
     let Some(content) = degraded else {
-        let failures = describe_failures(&run.attempts);
+        let failures = describe_failures(&run);
         // Rate-limited everywhere: a 429 with the soonest retry lets the client's SDK wait
         // and retry as it does for any rate limit, where a 503 would not.
         let error = match rate_limited_everywhere(&run) {

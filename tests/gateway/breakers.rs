@@ -193,7 +193,10 @@ async fn when_every_step_is_open_the_soonest_is_probed_and_recovers() {
     assert_eq!(response.status(), 503);
     assert_eq!(header(&response, "x-switchyard-attempts"), "1");
     let message = error_message(&response.json().await.unwrap());
-    assert!(message.contains("step 0 a/m: circuit_open"), "{message}");
+    assert!(
+        message.contains("step 0 a/m: circuit_open, next probe in "),
+        "{message}"
+    );
     assert!(
         message.contains("step 1 b/m: server_error (500)"),
         "{message}"

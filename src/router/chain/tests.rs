@@ -156,7 +156,7 @@ async fn a_5xx_moves_on_without_waiting() {
     assert_eq!(calls, ["a", "b"]);
     assert_eq!(elapsed, Duration::ZERO);
     assert_eq!(
-        describe_failures(&run.attempts),
+        describe_failures(&run),
         "step 0 a/m: server_error (500); step 1 b/m: served (200)"
     );
 }

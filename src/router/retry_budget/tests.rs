@@ -337,7 +337,7 @@ async fn a_refused_retry_in_place_is_not_waited_for_and_a_429_stays_a_429() {
     assert_eq!(*attempter.calls.lock().unwrap(), ["a", "b"]);
     assert!(ended_by_refusal(&run.attempts));
     assert_eq!(
-        describe_failures(&run.attempts),
+        describe_failures(&run),
         "step 0 a/m: rate_limited (429); no retry: retry_budget_exhausted (a/m); \
          step 1 b/m: rate_limited (429); no retry: retry_budget_exhausted (b/m)"
     );
