@@ -134,7 +134,9 @@ impl Target {
 fn with_causes(error: &dyn std::error::Error) -> String {
     let mut said = error.to_string();
     let mut cause = error.source();
-    while let Some(error) = cause {
+    // Bounded: nothing stops a source chain from looping back on itself.
+    for _ in 0..8 {
+        let Some(error) = cause else { break };
         let words = error.to_string();
         if !said.contains(&words) {
             said.push_str(": ");

@@ -87,7 +87,9 @@ async fn listen_once(
     let pump = tokio::spawn(async move {
         let mut stream = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = stream.next().await {
-            if message_sender.send(message).is_err() {
+            // An error ends the connection; over TLS the driver would repeat it on every poll.
+            let failed = message.is_err();
+            if message_sender.send(message).is_err() || failed {
                 return;
             }
         }
