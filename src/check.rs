@@ -118,7 +118,10 @@ pub async fn connect(config: &Config) -> Result<(), ConnectError> {
     {
         return Err(ConnectError::NoStoreFile(path.to_owned()));
     }
-    Store::connect(&config.store).await?.generation().await?;
+    Store::connect(&config.store.url, config.store.password.as_ref())
+        .await?
+        .generation()
+        .await?;
     let limits = (config.limits.backend == LimitBackend::Redis).then_some(&config.limits.redis);
     let cluster = config.cluster.redis.as_ref();
     ping_redis(limits).await?;

@@ -235,7 +235,7 @@ pub struct AuthConfig {
 pub struct StoreConfig {
     pub url: String,
     /// `password_env` or `password_file`: PostgreSQL's password, kept out of the URL.
-    pub password: Option<crate::keys::Secret>,
+    pub password: Option<crate::secret::Secret>,
     /// How long one store operation may take: a request-log batch past it goes to the spill
     /// journal, and a request waiting on stored state fails with a 503.
     pub timeout: Duration,

@@ -8,7 +8,6 @@ pub mod provider_keys;
 pub mod vault;
 pub mod weighted;
 
-use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,27 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::ProviderId;
 
-/// A provider secret. It never prints: `Debug` and `Display` show `***`.
-#[derive(Clone)]
-pub struct Secret(Arc<str>);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<Arc<str>>) -> Secret {
-        Secret(value.into())
-    }
-
-    /// The secret itself, for the one place that sends it upstream.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
+pub use crate::secret::Secret;
 
 /// One usable key of a provider.
 #[derive(Clone, Debug)]

@@ -32,6 +32,7 @@ pub mod keys;
 pub mod limits;
 pub mod providers;
 pub mod router;
+pub mod secret;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -352,7 +352,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             follow,
             json,
         } => {
-            use switchyard::store::{Store, now_ms, request_log::LogQuery};
+            use switchyard::store::{now_ms, request_log::LogQuery};
             use switchyard::telemetry::logs::{OUTCOMES, print};
             if let Some(outcome) = &outcome
                 && !OUTCOMES.contains(&outcome.as_str())
@@ -378,7 +378,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 user,
                 limit,
             };
-            let store = Store::connect(&load(&config)?.store).await?;
+            let store = open_store(&load(&config)?).await?;
             print(&store, query, json, follow, &mut std::io::stdout()).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -406,10 +406,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 
 async fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     use switchyard::keys::provider_keys::{ProviderKeys, table};
-    use switchyard::store::Store;
     let open = |path: PathBuf| async move {
         let config = load(&path)?;
-        let store = Store::connect(&config.store).await?;
+        let store = open_store(&config).await?;
         let master_key = std::env::var(switchyard::keys::vault::MASTER_KEY_ENV).ok();
         let keys = ProviderKeys::open(store, &config, master_key.as_deref()).await?;
         anyhow::Ok(keys)
@@ -467,7 +466,7 @@ async fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
 
 async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
     use switchyard::auth::{KeyRequest, issue, table};
-    use switchyard::store::{LimitOverrides, Store};
+    use switchyard::store::LimitOverrides;
     match command {
         VkeysCommand::Create {
             config,
@@ -497,7 +496,7 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             };
             // The admin API's checks, so the CLI and HTTP refuse the same keys.
             request.validate(&config)?;
-            let store = Store::connect(&config.store).await?;
+            let store = open_store(&config).await?;
             let issued = issue(request)?;
             store.insert_virtual_key(issued.record.clone()).await?;
             eprintln!(
@@ -507,11 +506,11 @@ async fn vkeys(command: VkeysCommand) -> anyhow::Result<ExitCode> {
             println!("{}", issued.key);
         }
         VkeysCommand::List { config } => {
-            let store = Store::connect(&load(&config)?.store).await?;
+            let store = open_store(&load(&config)?).await?;
             print!("{}", table(&store.virtual_keys().await?));
         }
         VkeysCommand::Revoke { config, key } => {
-            let store = Store::connect(&load(&config)?.store).await?;
+            let store = open_store(&load(&config)?).await?;
             if !store.revoke_virtual_key(&key).await? {
                 anyhow::bail!("no live key matches");
             }
@@ -716,4 +715,11 @@ async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = terminate => {}
     }
+}
+
+/// The store `config` names, with its password.
+async fn open_store(
+    config: &switchyard::config::Config,
+) -> Result<switchyard::store::Store, switchyard::store::StoreError> {
+    switchyard::store::Store::connect(&config.store.url, config.store.password.as_ref()).await
 }

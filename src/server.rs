@@ -261,7 +261,7 @@ impl AppState {
         // It never follows a redirect, which would carry the provider key (and the prompt)
         // to whatever origin it names; a 3xx is a failed attempt (see `router::classify`).
         let client = UpstreamClient::new(config.retry.attempt_timeout)?;
-        let store = Store::connect(&config.store).await?;
+        let store = Store::connect(&config.store.url, config.store.password.as_ref()).await?;
         let generation = store.generation().await?;
         let keys = ProviderKeys::open(
             store.clone(),

@@ -14,6 +14,8 @@ pub mod sqlite;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::secret::Secret;
+
 use request_log::{LogQuery, LogRow, Pace};
 use response_state::StoredResponse;
 
@@ -189,13 +191,13 @@ pub enum Store {
 }
 
 impl Store {
-    /// Opens (and migrates) the store a config's `[store]` names.
-    pub async fn connect(config: &crate::config::StoreConfig) -> Result<Store, StoreError> {
-        if postgres::is_postgres_url(&config.url) {
-            let store = PgStore::open_with(&config.url, config.password.as_ref()).await?;
-            return Ok(Store::Postgres(store));
+    /// Opens (and migrates) the store `url` names, PostgreSQL's with `password` (`[store]
+    /// password_env` or `password_file`) when given.
+    pub async fn connect(url: &str, password: Option<&Secret>) -> Result<Store, StoreError> {
+        if postgres::is_postgres_url(url) {
+            return Ok(Store::Postgres(PgStore::open_with(url, password).await?));
         }
-        Store::open(&config.url).await
+        Store::open(url).await
     }
 
     /// Opens (and migrates) the store `url` names.

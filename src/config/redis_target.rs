@@ -4,7 +4,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::keys::Secret;
+use crate::secret::Secret;
 
 /// One Redis, as `[limits]` or `[cluster]` names it.
 #[derive(Clone)]

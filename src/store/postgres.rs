@@ -26,7 +26,7 @@ pub use listen::Listener;
 
 use super::sqlite::hash_key;
 use super::{LimitOverrides, StoreError, VirtualKey, now_ms};
-use crate::keys::Secret;
+use crate::secret::Secret;
 
 /// The channel every change is announced on; the payload is the new generation.
 pub const CHANNEL: &str = "switchyard_store";

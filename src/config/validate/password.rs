@@ -2,7 +2,7 @@
 //! systemd credential, a Kubernetes secret), read once at start.
 
 use super::Errors;
-use crate::keys::Secret;
+use crate::secret::Secret;
 
 /// The password `env` or `file` names, if either does; both at once is an error. `field`
 /// is the pair's prefix (`store.password`, `limits.redis_password`).
