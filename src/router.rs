@@ -1,7 +1,8 @@
 //! Routing: which chain a request takes, and the attempt loop that walks it.
 //!
-//! `chain` runs the loop, `classify` decides what each failure means, `scrub` takes the keys
-//! an attempt sent out of what comes back, and `retry` computes the waits between attempts.
+//! `chain` runs the loop (and its `hedge`s), `classify` decides what each failure means,
+//! `upstream` makes an attempt over HTTP (its `scrub` takes the key it sent out of what comes
+//! back), and `retry` computes the waits between attempts.
 //! `health` remembers how each deployment has done lately: its
 //! `breaker`, what `balance` needs to choose among a step's deployments, and the counts
 //! `retry_budget` holds each deployment's retries to. The loop knows
@@ -12,10 +13,9 @@ pub mod breaker;
 pub mod chain;
 pub mod classify;
 pub mod health;
-pub mod hedge;
+pub mod hedge_budget;
 pub mod retry;
 pub mod retry_budget;
-pub mod scrub;
 pub mod upstream;
 
 pub use chain::{Attempt, Attempter, ChainEnd, ChainRun, Failure, UpstreamReply, run_chain};

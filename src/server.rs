@@ -11,6 +11,7 @@ mod completions;
 mod connection;
 mod degraded;
 mod embeddings;
+mod endpoint;
 mod error;
 mod flood;
 mod header_values;

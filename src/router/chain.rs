@@ -2,6 +2,8 @@
 //! as `classify` says, within the request's attempt budget and deadline, skipping what the
 //! breakers hold open.
 
+pub mod hedge;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +16,11 @@ use tokio::time::Instant;
 use super::breaker::{CallerTag, Verdict};
 use super::classify::{Action, FailureClass};
 use super::health::{Health, PendingVerdict, Permit, Tried};
-use super::hedge::{self, Raced};
 use super::retry_budget::{self, Spend};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
 use crate::telemetry::AttemptRecord;
+use hedge::Raced;
 
 /// An upstream answer the gateway passes on to the client unchanged.
 #[derive(Clone, Debug)]
@@ -160,7 +162,7 @@ pub(super) struct Walk<'a, T> {
 /// deployment whose cooldown ends soonest is probed anyway.
 ///
 /// On a route with a `hedge`, step 0's first attempt may race the next steps: see
-/// [`super::hedge`].
+/// [`hedge`].
 pub async fn run_chain<A: Attempter>(
     inputs: ChainInputs<'_>,
     attempter: &A,
@@ -230,7 +232,7 @@ pub async fn run_chain<A: Attempter>(
             let attempts = &mut walk.run.attempts;
             let budget = &retry.budget;
             if retry_budget::refuses_retry_in_place(
-                health,
+                health.retry_budgets(),
                 budget,
                 attempts,
                 next,
@@ -295,7 +297,7 @@ pub async fn run_chain<A: Attempter>(
                     let failed_deployment = &step.deployments[chosen];
                     let attempts = &mut walk.run.attempts;
                     if retry_budget::refuses_retry_in_place(
-                        health,
+                        health.retry_budgets(),
                         &retry.budget,
                         attempts,
                         failed_deployment,

@@ -8,7 +8,6 @@ use http::StatusCode;
 use http::header::HeaderMap;
 
 use super::retry::parse_retry_after;
-use super::upstream::TransportError;
 
 // The request log's records name failure classes, and `telemetry` sits below `router`, so
 // it owns the type; the chain decides which class an answer is.
@@ -64,19 +63,6 @@ pub fn classify_status(
         // step may serve, and the redirect's target is never contacted.
         300..=399 => (FailureClass::Redirect, Action::NextStep),
         _ => (FailureClass::BadRequest, Action::ReturnToClient),
-    }
-}
-
-/// Classifies a transport error from the HTTP client: a connect that timed out is a
-/// timeout, as any other; a body cut part way, or a request that could not be sent as
-/// built, is a reset.
-pub fn classify_transport(error: &TransportError) -> FailureClass {
-    if error.is_timeout() {
-        FailureClass::Timeout
-    } else if error.is_connect() {
-        FailureClass::Connect
-    } else {
-        FailureClass::Reset
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::balance::{Ewma, fastest, smooth_pick};
 use super::breaker::{Breaker, BreakerView, CallerTag, Gate, Refusal, Ticket, Transition, Verdict};
 use super::classify::FailureClass;
-use super::hedge::HedgeBudgets;
+use super::hedge_budget::HedgeBudgets;
 use super::retry::MAX_RETRY_AFTER;
 use super::retry_budget::RetryBudgets;
 use crate::config::{

@@ -17,7 +17,6 @@ use foldhash::{HashMap, HashMapExt};
 use tokio::time::Instant;
 
 use super::classify::FailureClass;
-use super::health::Health;
 use crate::config::retry_budget::{RetryBudget, WINDOW};
 use crate::config::{Deployment, ModelName, ProviderId};
 use crate::telemetry::AttemptRecord;
@@ -80,7 +79,7 @@ pub struct BudgetCounts {
     pub retries: u64,
 }
 
-/// Every deployment's window; one per gateway, in its [`Health`].
+/// Every deployment's window; one per gateway, in its health table.
 #[derive(Debug)]
 pub struct RetryBudgets {
     /// Second 0 of every bucket.
@@ -198,7 +197,7 @@ pub enum Spend {
 /// deployment, always go. A refusal is recorded in `attempts`, named after the deployment
 /// whose failures (and budget) it was; the chain then moves on without it.
 pub fn refuses_retry_in_place(
-    health: &Health,
+    budgets: &RetryBudgets,
     budget: &RetryBudget,
     attempts: &mut Vec<AttemptRecord>,
     next: &Deployment,
@@ -212,7 +211,6 @@ pub fn refuses_retry_in_place(
         return false;
     }
     let (provider, model) = (&failed.provider, &failed.model);
-    let budgets = health.retry_budgets();
     let allowed = match spend {
         Spend::Charge => budgets.try_retry(provider, model, budget, now),
         Spend::Peek => budgets.would_allow(provider, model, budget, now),

@@ -4,6 +4,7 @@
 
 mod client;
 mod pool;
+pub mod scrub;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -17,14 +18,14 @@ use hyper::body::Body as _;
 use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
-use super::classify::{Action, FailureClass, classify_status, classify_transport};
-use super::scrub::{ScrubbedReader, Scrubber};
+use super::classify::{Action, FailureClass, classify_status};
 use crate::config::{Deployment, Provider};
 use crate::keys::KeyLease;
 use crate::providers::sse::{SseError, SseReader};
 use crate::providers::{
     self, Adapter, ClientRequest, Rejection, StreamState, StreamTranslator, Target, Usage,
 };
+use scrub::{ScrubbedReader, Scrubber};
 
 /// An upstream body as a stream of byte chunks.
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + Send>>;
@@ -367,4 +368,17 @@ async fn first_event(
 
 fn failed<T>(class: FailureClass) -> Attempt<T> {
     Attempt::Failed(Failure::without_reply(class))
+}
+
+/// Classifies a transport error from the HTTP client: a connect that timed out is a
+/// timeout, as any other; a body cut part way, or a request that could not be sent as
+/// built, is a reset.
+pub fn classify_transport(error: &TransportError) -> FailureClass {
+    if error.is_timeout() {
+        FailureClass::Timeout
+    } else if error.is_connect() {
+        FailureClass::Connect
+    } else {
+        FailureClass::Reset
+    }
 }

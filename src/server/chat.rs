@@ -14,9 +14,10 @@ use bytes::Bytes;
 
 use super::AppState;
 use super::admission;
-use super::client_api::BodyError;
 use super::degraded;
+use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
+use super::error::BodyError;
 use super::header_values;
 use super::spend;
 use super::stream::{StreamForwarder, StreamLimits};
@@ -45,14 +46,6 @@ struct Prepared {
     caller: CallerTag,
     /// The spend reserved against the caller's budget, settled when the answer ends.
     reservation: Option<Reservation>,
-}
-
-/// The endpoint a request came in on: its format, what it asks, and how its fields are
-/// checked (returning whether it streams).
-pub(super) struct Endpoint {
-    pub format: ClientFormat,
-    pub operation: Operation,
-    pub check: fn(&RequestBody) -> Result<bool, ApiError>,
 }
 
 pub(super) const CHAT: Endpoint = Endpoint {
@@ -183,18 +176,6 @@ fn check_chat(request: &RequestBody) -> Result<bool, ApiError> {
         });
     }
     stream_flag(request)
-}
-
-/// The `stream` field: absent, null or a boolean.
-pub(super) fn stream_flag(request: &RequestBody) -> Result<bool, ApiError> {
-    match request.field_kind("stream") {
-        None | Some(JsonKind::Null) => Ok(false),
-        Some(JsonKind::Bool) => Ok(request.raw_field("stream") == Some("true")),
-        Some(_) => Err(ApiError::InvalidRequest {
-            message: "`stream` must be a boolean".into(),
-            param: Some("stream"),
-        }),
-    }
 }
 
 fn prepare(

@@ -16,8 +16,9 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::chat::{self, Endpoint};
-use super::connection::is_body_timeout;
+use super::chat;
+use super::endpoint::Endpoint;
+use super::error::{BodyError, is_body_timeout};
 use super::{AppState, completions, embeddings, messages, responses};
 
 /// The client API's POST endpoints, by path.
@@ -36,17 +37,6 @@ pub(super) fn endpoint(path: &str) -> Option<&'static Endpoint> {
         .iter()
         .find(|(known, _)| *known == path)
         .map(|(_, endpoint)| *endpoint)
-}
-
-/// Why a request body could not be read.
-#[derive(Debug)]
-pub(super) enum BodyError {
-    /// Longer than `[server] max_body_bytes`.
-    TooLarge,
-    /// Not whole within `[server] body_timeout`.
-    Timeout,
-    /// The connection failed mid-body, say.
-    Unreadable(String),
 }
 
 /// Serves a POST to `endpoint` from `peer`.

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::chat::{Endpoint, stream_flag};
+use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
 use crate::providers::{ClientFormat, Operation, RequestBody};
 

@@ -35,7 +35,7 @@ pub mod roster;
 mod watchdog;
 
 use self::watchdog::{Activity, BodyAwaited, InFlight};
-use super::listener::Peer;
+use super::error::BodyTimeout;
 use super::{AppState, ServerState, client_api};
 use crate::providers::{self, ClientFormat};
 use crate::telemetry::{Outcome, RecordGuard, RequestRecord, Telemetry};
@@ -339,10 +339,9 @@ impl hyper::body::Body for ActiveBody {
     }
 }
 
-/// The request body did not arrive whole within `[server] body_timeout`.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body did not arrive within the body timeout")]
-pub struct BodyTimeout;
+/// A connection's peer, recorded by the server for each request on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
 
 /// A request body that fails with [`BodyTimeout`] once its deadline passes.
 pub struct TimedBody {
@@ -390,18 +389,6 @@ impl hyper::body::Body for TimedBody {
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
     }
-}
-
-/// Whether an error (a body rejection, say) was caused by a [`BodyTimeout`].
-pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        if error.is::<BodyTimeout>() {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
 }
 
 /// A client socket: counted while open, and telling its connection's watchdog when bytes

@@ -2,7 +2,7 @@
 //! family, Azure or Gemini (translated). There is no degraded tier for embeddings: a canned
 //! vector would be a wrong answer, so exhaustion is a 503.
 
-use super::chat::Endpoint;
+use super::endpoint::Endpoint;
 use super::error::ApiError;
 use crate::providers::{ClientFormat, JsonKind, Operation, RequestBody};
 

@@ -259,3 +259,31 @@ pub fn add_rate_headers(response: &mut Response, headers: &RateHeaders) {
         }
     }
 }
+
+/// The request body did not arrive whole within `[server] body_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within the body timeout")]
+pub struct BodyTimeout;
+
+/// Whether an error (a body rejection, say) was caused by a [`BodyTimeout`].
+pub fn is_body_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error.is::<BodyTimeout>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// Why a request body could not be read.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Longer than `[server] max_body_bytes`.
+    TooLarge,
+    /// Not whole within `[server] body_timeout`.
+    Timeout,
+    /// The connection failed mid-body, say.
+    Unreadable(String),
+}

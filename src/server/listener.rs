@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use super::AppState;
 use super::connection::roster::Roster;
-use super::connection::{self, ClientStream, Service, Timeouts};
+use super::connection::{self, ClientStream, Peer, Service, Timeouts};
 use super::shards::{Placed, Shards};
 
 /// Descriptors kept for everything but client and upstream sockets: the listeners, the
@@ -300,7 +300,3 @@ mod tests {
         assert_eq!(Capacity::for_clients(None, Some(3)).per_ip, Some(3));
     }
 }
-
-/// A connection's peer, recorded by the server for each request on it.
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub std::net::SocketAddr);

@@ -2,7 +2,7 @@
 //! as chat completions. Steps on Anthropic providers get the request as it came (only `model`
 //! rewritten); other steps get its translation, and their answers come back as Anthropic's.
 
-use super::chat::{Endpoint, stream_flag};
+use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
 use crate::providers::{ClientFormat, JsonKind, Operation, RequestBody};
 

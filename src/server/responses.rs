@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::chat::{Endpoint, stream_flag};
+use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
 use crate::auth::Caller;
 use crate::providers::responses::request::unknown_field;

@@ -194,7 +194,7 @@ impl SqliteStore {
                     tx.pragma_update(None, "user_version", index as i64 + 1)?;
                     tx.commit()?;
                     if index == ROLLUP_MIGRATION {
-                        rollup::backfill(connection, now_ms())?;
+                        request_log::backfill_rollups(connection, now_ms())?;
                     }
                 }
                 Ok(())

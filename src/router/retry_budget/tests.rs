@@ -1,5 +1,6 @@
 //! The budget's window on paused time, and the chain's use of it with a scripted attempter.
 
+use crate::router::health::Health;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -161,7 +162,7 @@ async fn only_a_retry_in_place_is_refused_and_a_refusal_names_its_deployment() {
     let now = Instant::now();
     let charge = |attempts: &mut Vec<AttemptRecord>, next: &str| {
         refuses_retry_in_place(
-            &health,
+            health.retry_budgets(),
             &policy,
             attempts,
             &target(next),
@@ -180,7 +181,7 @@ async fn only_a_retry_in_place_is_refused_and_a_refusal_names_its_deployment() {
     for _ in 0..20 {
         let peek = Spend::Peek;
         assert!(!refuses_retry_in_place(
-            &health,
+            health.retry_budgets(),
             &policy,
             &mut attempts,
             &target("b"),

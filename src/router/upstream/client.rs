@@ -355,7 +355,8 @@ fn origin_form(request: &mut Request<OutBody>, uri: &Uri, host: http::HeaderValu
 mod tests {
     use super::*;
     use crate::providers::outbound::OutBody;
-    use crate::router::classify::{FailureClass, classify_transport};
+    use crate::router::classify::FailureClass;
+    use crate::router::upstream::classify_transport;
     use http_body_util::BodyExt;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -12,6 +12,10 @@ use crate::store::rollup::{MINUTE_MS, Rollups};
 /// then spills the batch to its journal instead of stalling behind the lock.
 const LOG_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How far back a new rollup table is filled from existing rows: the scorecard's longest
+/// window, and a minute more.
+const BACKFILL_MS: i64 = 24 * 3_600_000 + MINUTE_MS;
+
 pub(super) const COLUMNS: &str =
     "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
@@ -188,6 +192,23 @@ pub(super) fn read_row(row: &Row<'_>) -> rusqlite::Result<LogRow> {
         partial: row.get(18)?,
         error: row.get(19)?,
     })
+}
+
+/// Fills a new rollup table from the last day of rows already in the log.
+pub(super) fn backfill_rollups(connection: &mut Connection, now_ms: i64) -> rusqlite::Result<()> {
+    let tx = connection.transaction()?;
+    let mut rollups = Rollups::default();
+    {
+        let mut statement = tx.prepare(&format!(
+            "SELECT {COLUMNS} FROM request_log WHERE time_ms >= ?1"
+        ))?;
+        let mut rows = statement.query(params![now_ms - BACKFILL_MS])?;
+        while let Some(row) = rows.next()? {
+            rollups.add(&read_row(row)?);
+        }
+    }
+    rollup::merge(&tx, rollups)?;
+    tx.commit()
 }
 
 #[cfg(test)]

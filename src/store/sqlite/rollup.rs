@@ -5,13 +5,8 @@ use rusqlite::functions::FunctionFlags;
 use rusqlite::{Connection, Transaction, params};
 
 use super::SqliteStore;
-use super::request_log::{COLUMNS, read_row};
 use crate::store::StoreError;
-use crate::store::rollup::{Counts, MINUTE_MS, Rollup, RollupData, Rollups, Series, Sketch};
-
-/// How far back a new rollup table is filled from existing rows: the scorecard's longest
-/// window, and a minute more.
-const BACKFILL_MS: i64 = 24 * 3_600_000 + MINUTE_MS;
+use crate::store::rollup::{Counts, Rollup, RollupData, Rollups, Series, Sketch};
 
 const ROLLUP_COLUMNS: &str = "minute_ms, kind, name, model, requests, success, fallback, degraded,
      error, rejected, client_error, rate_limited, attempts, tokens_in, tokens_out, cost_usd,
@@ -128,23 +123,6 @@ fn read_rollup(row: &rusqlite::Row<'_>) -> rusqlite::Result<Rollup> {
             ttft: Sketch::decode(&ttft),
         },
     })
-}
-
-/// Fills a new rollup table from the last day of rows already in the log.
-pub(super) fn backfill(connection: &mut Connection, now_ms: i64) -> rusqlite::Result<()> {
-    let tx = connection.transaction()?;
-    let mut rollups = Rollups::default();
-    {
-        let mut statement = tx.prepare(&format!(
-            "SELECT {COLUMNS} FROM request_log WHERE time_ms >= ?1"
-        ))?;
-        let mut rows = statement.query(params![now_ms - BACKFILL_MS])?;
-        while let Some(row) = rows.next()? {
-            rollups.add(&read_row(row)?);
-        }
-    }
-    merge(&tx, rollups)?;
-    tx.commit()
 }
 
 impl SqliteStore {

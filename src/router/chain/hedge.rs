@@ -13,9 +13,7 @@
 //! - A cancelled racer is recorded as `hedge_lost`, with a neutral verdict for its breaker:
 //!   being slower than another provider is no failure.
 
-pub mod budget;
-
-pub use budget::HedgeBudgets;
+pub use super::super::hedge_budget::HedgeBudgets;
 
 use std::time::Duration;
 
@@ -23,10 +21,10 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::breaker::Verdict;
-use super::chain::{Attempt, Attempter, Failed, Settled, Walk, record};
-use super::classify::{Action, FailureClass};
-use super::health::{Permit, Tried};
+use super::super::breaker::Verdict;
+use super::super::classify::{Action, FailureClass};
+use super::super::health::{Permit, Tried};
+use super::{Attempt, Attempter, Failed, Settled, Walk, record};
 use crate::config::{Deployment, Hedge, HedgeDelay, Provider, Route, Step};
 use crate::keys::KeyLease;
 

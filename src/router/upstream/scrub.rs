@@ -12,9 +12,9 @@ use std::collections::HashSet;
 use bytes::Bytes;
 use http::header::HeaderValue;
 
+use super::ByteStream;
 use crate::keys::KeyLease;
 use crate::providers::sse::{SseError, SseEvent, SseReader};
-use crate::router::upstream::ByteStream;
 
 /// What replaces a secret, or a part of one, in anything an upstream sent back.
 pub const MARKER: &str = "[redacted]";
