@@ -7,6 +7,9 @@
 //! and takes the time from the open on the first to the open on the second. An operator's
 //! reset on the first closes both again before the next round. 100 rounds; p50 and p99.
 
+// Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::{Duration, Instant};
 
 use switchyard::config::Config;

@@ -7,6 +7,9 @@
 //! server, `postgres://postgres@127.0.0.1:5432` by default; `PG_BENCH_ROWS` the rows per run,
 //! 200,000 by default).
 
+// Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::sync::Arc;
 use std::time::Instant;
 

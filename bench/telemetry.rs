@@ -13,6 +13,9 @@
 //! quick debug-build run (`LOG_BENCH_RECORDS` sets the count; 50,000 by default;
 //! `LOG_BENCH_CONCURRENCY` the requests in flight for the fsync run, 64 by default).
 
+// Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 

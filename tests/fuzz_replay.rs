@@ -3,6 +3,9 @@
 //! fuzzer ran (`fuzz/targets.rs`), so `cargo test` keeps what fuzzing found without needing
 //! the fuzzer. `scripts/fuzz` runs a deep fuzz.
 
+// Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 #[path = "../fuzz/targets.rs"]
 mod targets;
 

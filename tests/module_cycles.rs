@@ -7,6 +7,9 @@
 //! module path. A path from module `a::b::c` to `a::d::e` is an edge `b -> d` among the
 //! children of `a`: the first place the two paths part.
 
+// Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -7,6 +7,9 @@
 //! caches a call site's interest process-wide, and a site first hit where no subscriber is
 //! set can stay switched off for this test's capturing subscriber.
 
+// Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 #[path = "gateway/support.rs"]
 #[allow(dead_code)]
 mod support;

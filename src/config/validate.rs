@@ -641,11 +641,11 @@ base_url = "http://127.0.0.1:1/v1"
     fn passwords_come_from_the_environment_or_a_file_and_are_never_shown() {
         let file = std::env::temp_dir().join(format!("sy-pw-{}", std::process::id()));
         std::fs::write(&file, "from-file\n").unwrap();
-        // SAFETY: a variable of this test's own; no other test reads or writes it.
-        unsafe { std::env::set_var("SY_TEST_REDIS_PASSWORD", "from-env") };
+        // A variable every process has: setting one of the test's own would need `unsafe`.
+        let from_env = std::env::var("PATH").unwrap();
         let config = Config::parse(&format!(
             "[store]\nurl = \"postgres://sy@db:5432/gw\"\npassword_file = \"{}\"\n\
-             [limits]\nredis_url = \"redis://h:1\"\nredis_password_env = \"SY_TEST_REDIS_PASSWORD\"\n",
+             [limits]\nredis_url = \"redis://h:1\"\nredis_password_env = \"PATH\"\n",
             file.display()
         ))
         .unwrap();
@@ -655,15 +655,15 @@ base_url = "http://127.0.0.1:1/v1"
         );
         assert_eq!(
             config.limits.redis.password.as_ref().map(|p| p.expose()),
-            Some("from-env")
+            Some(from_env.as_str())
         );
         let debug = format!("{config:?}");
         assert!(
-            !debug.contains("from-file") && !debug.contains("from-env"),
+            !debug.contains("from-file") && !debug.contains(&from_env),
             "{debug}"
         );
         let found = errors(
-            "[store]\nurl = \"postgres://sy:inline@db:5432/gw\"\npassword_env = \"SY_TEST_REDIS_PASSWORD\"\n\
+            "[store]\nurl = \"postgres://sy:inline@db:5432/gw\"\npassword_env = \"PATH\"\n\
              [cluster]\nredis_url = \"redis://h:1\"\nredis_password_env = \"SY_TEST_UNSET_VARIABLE\"\n",
         );
         assert_eq!(

@@ -83,13 +83,8 @@ fn default_capacity(descriptor_limit: u64) -> Capacity {
 /// The soft limit on open files (RLIMIT_NOFILE), if the system says.
 #[cfg(unix)]
 pub fn descriptor_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit only writes into the struct passed, which outlives the call.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-    (read && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+    let (soft, _hard) = rlimit::Resource::NOFILE.get().ok()?;
+    (soft != rlimit::INFINITY).then_some(soft)
 }
 
 #[cfg(not(unix))]

@@ -334,8 +334,8 @@ impl Drop for PgServer {
 }
 
 fn as_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    // /proc/self belongs to the process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
 }
 
 /// Where `initdb` and `pg_ctl` are: the PATH, else the newest Debian PostgreSQL.
