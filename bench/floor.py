@@ -1,0 +1,74 @@
+"""Compares instruction counts (bench/instructions.sh's INSTR_JSON lines) with the baseline.
+
+    python3 bench/floor.py BASELINE FIGURES            # exit 1 when a figure is over the margin
+    python3 bench/floor.py BASELINE FIGURES --update   # write FIGURES as the new BASELINE
+"""
+
+import json
+import sys
+
+# What is held per scenario: every thread's instructions per request (per event for a
+# stream), and the serving threads' alone, which the log writer's batching does not move.
+METRICS = ("per_request", "serving_per_request", "per_event")
+
+
+def figures_of(path):
+    found = {}
+    with open(path) as lines:
+        for line in lines:
+            row = json.loads(line)
+            figures = {
+                "per_request": row["per_request"],
+                "serving_per_request": row["serving"] // row["requests"],
+            }
+            if row.get("per_event", "-") != "-":
+                figures["per_event"] = int(row["per_event"])
+            found[row["scenario"]] = figures
+    return found
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.exit(__doc__)
+    baseline_path, figures_path = argv[1], argv[2]
+    measured = figures_of(figures_path)
+    if "--update" in argv[3:]:
+        with open(baseline_path, "w") as out:
+            json.dump({"margin": 0.10, "scenarios": measured}, out, indent=2, sort_keys=True)
+            out.write("\n")
+        print(f"[floor] wrote {baseline_path}")
+        return 0
+    with open(baseline_path) as f:
+        baseline = json.load(f)
+    margin = baseline["margin"]
+    over = []
+    print(f"{'scenario':<24} {'figure':<20} {'baseline':>10} {'now':>10} {'change':>8}")
+    for scenario, held in sorted(baseline["scenarios"].items()):
+        now = measured.get(scenario)
+        if now is None:
+            over.append(f"{scenario}: not measured")
+            continue
+        for metric in METRICS:
+            if metric not in held:
+                continue
+            was, is_ = held[metric], now[metric]
+            change = (is_ - was) / was
+            print(f"{scenario:<24} {metric:<20} {was:>10} {is_:>10} {change:>+8.1%}")
+            if change > margin:
+                over.append(f"{scenario} {metric}: {was} -> {is_} ({change:+.1%})")
+    if over:
+        print(f"[floor] over the baseline by more than {margin:.0%}:", file=sys.stderr)
+        for line in over:
+            print(f"  {line}", file=sys.stderr)
+        print(
+            "[floor] a change that needs more instructions updates bench/baseline.json "
+            "(bash bench/floor.sh --update) in the same commit and says why",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"[floor] every figure within {margin:.0%} of the baseline")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
