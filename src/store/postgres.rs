@@ -11,6 +11,7 @@ mod provider_keys;
 mod request_log;
 mod response_state;
 mod rollup;
+#[cfg(any(test, feature = "test-fixtures"))]
 pub mod testdb;
 #[cfg(test)]
 mod tests;
