@@ -8,8 +8,14 @@ import json
 import sys
 
 # What is held per scenario: every thread's instructions per request (per event for a
-# stream), and the serving threads' alone, which the log writer's batching does not move.
+# stream), and the serving threads' alone.
 METRICS = ("per_request", "serving_per_request", "per_event")
+
+# How far each may rise. Every thread's count per request moved by up to 7 % between runs of
+# one binary (the log writer's batches fall differently under callgrind), the serving
+# threads' by up to 5 % (hash seeds differ per process), the stream's per event by 1 %: a
+# margin of 10 % on the first would fail unchanged code now and then.
+MARGINS = {"per_request": 0.20, "serving_per_request": 0.10, "per_event": 0.10}
 
 
 def figures_of(path):
@@ -34,13 +40,13 @@ def main(argv):
     measured = figures_of(figures_path)
     if "--update" in argv[3:]:
         with open(baseline_path, "w") as out:
-            json.dump({"margin": 0.10, "scenarios": measured}, out, indent=2, sort_keys=True)
+            json.dump({"margins": MARGINS, "scenarios": measured}, out, indent=2, sort_keys=True)
             out.write("\n")
         print(f"[floor] wrote {baseline_path}")
         return 0
     with open(baseline_path) as f:
         baseline = json.load(f)
-    margin = baseline["margin"]
+    margins = baseline["margins"]
     over = []
     print(f"{'scenario':<24} {'figure':<20} {'baseline':>10} {'now':>10} {'change':>8}")
     for scenario, held in sorted(baseline["scenarios"].items()):
@@ -54,10 +60,13 @@ def main(argv):
             was, is_ = held[metric], now[metric]
             change = (is_ - was) / was
             print(f"{scenario:<24} {metric:<20} {was:>10} {is_:>10} {change:>+8.1%}")
-            if change > margin:
-                over.append(f"{scenario} {metric}: {was} -> {is_} ({change:+.1%})")
+            if change > margins[metric]:
+                over.append(
+                    f"{scenario} {metric}: {was} -> {is_} ({change:+.1%}, "
+                    f"more than {margins[metric]:.0%})"
+                )
     if over:
-        print(f"[floor] over the baseline by more than {margin:.0%}:", file=sys.stderr)
+        print("[floor] over the baseline:", file=sys.stderr)
         for line in over:
             print(f"  {line}", file=sys.stderr)
         print(
@@ -66,7 +75,7 @@ def main(argv):
             file=sys.stderr,
         )
         return 1
-    print(f"[floor] every figure within {margin:.0%} of the baseline")
+    print("[floor] every figure within its margin of the baseline")
     return 0
 
 
