@@ -49,6 +49,12 @@ impl Certificates {
         }
     }
 
+    /// A PostgreSQL of the test's own serving this certificate, TLS only, with
+    /// [`PG_PASSWORD`].
+    fn postgres(&self, test: &str) -> Option<PgServer> {
+        PgServer::start_tls(test, &self.cert_pem, &self.key_pem, PG_PASSWORD)
+    }
+
     /// The server's certificate and key as files, for Redis.
     fn server_files(&self) -> (String, String) {
         let cert = self.dir.join("server.crt");
@@ -120,12 +126,7 @@ const ENV: &[(&str, &str)] = &[
 fn postgres_over_tls_is_verified_as_sslmode_says() {
     let test = "postgres_over_tls_is_verified_as_sslmode_says";
     let certificates = Certificates::make();
-    let Some(pg) = PgServer::start_tls(
-        test,
-        &certificates.cert_pem,
-        &certificates.key_pem,
-        PG_PASSWORD,
-    ) else {
+    let Some(pg) = certificates.postgres(test) else {
         return;
     };
     let ca = shown(&certificates.ca);
@@ -212,12 +213,7 @@ fn postgres_over_tls_is_verified_as_sslmode_says() {
 async fn a_gateway_serves_with_its_store_over_verified_tls() {
     let test = "a_gateway_serves_with_its_store_over_verified_tls";
     let certificates = Certificates::make();
-    let Some(pg) = PgServer::start_tls(
-        test,
-        &certificates.cert_pem,
-        &certificates.key_pem,
-        PG_PASSWORD,
-    ) else {
+    let Some(pg) = certificates.postgres(test) else {
         return;
     };
     let fake = switchyard::fake::FakeUpstream::new("up")
