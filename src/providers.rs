@@ -10,7 +10,9 @@
 pub mod anthropic;
 pub mod azure;
 pub mod body;
+pub mod chat_chunks;
 pub mod gemini;
+pub mod inbound_messages;
 pub mod openai;
 pub mod outbound;
 pub mod responses;

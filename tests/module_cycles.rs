@@ -15,12 +15,6 @@ use std::path::{Path, PathBuf};
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-/// Cycles not broken yet (issue 40): each provider's module holds both the client side of
-/// its wire format (what a client speaking it sends and reads) and the upstream side, and the
-/// translations between formats reach across. Any other cycle fails the test, and so does
-/// one of these once it is gone, so the list only shrinks.
-const NOT_YET_BROKEN: &[&str] = &["in `providers`: anthropic <-> gemini <-> openai <-> responses"];
-
 #[test]
 fn sibling_modules_have_no_import_cycle_at_any_level() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -39,17 +33,10 @@ fn sibling_modules_have_no_import_cycle_at_any_level() {
                 .map(move |cycle| format!("in `{parent}`: {}", cycle.join(" <-> ")))
         })
         .collect();
-    let new: Vec<&String> = found
-        .iter()
-        .filter(|cycle| !NOT_YET_BROKEN.contains(&cycle.as_str()))
-        .collect();
-    assert!(new.is_empty(), "modules that reach each other: {new:#?}");
-    for known in NOT_YET_BROKEN {
-        assert!(
-            found.iter().any(|cycle| cycle == known),
-            "{known} is broken: take it off NOT_YET_BROKEN"
-        );
-    }
+    assert!(
+        found.is_empty(),
+        "modules that reach each other: {found:#?}"
+    );
 }
 
 #[test]

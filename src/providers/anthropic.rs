@@ -5,22 +5,20 @@
 //! needs `max_tokens`, so a request without it gets the provider's `default_max_tokens`.
 //!
 //! Upstream, for OpenAI clients: `encode` writes the request, `decode` reads a whole message
-//! and `events` reads the stream. Inbound, for clients of `/v1/messages` served by another
-//! format: `inbound_request`, `inbound_response` and `inbound_stream`.
+//! and `events` reads the stream. Clients of `/v1/messages` served by another format are
+//! `super::inbound_messages`' work.
 
 pub mod decode;
 pub mod encode;
 pub mod events;
-pub mod inbound_request;
-pub mod inbound_response;
-pub mod inbound_stream;
 
 use bytes::Bytes;
 use http::StatusCode;
 use http::header::HeaderName;
 use serde_json::{Map, Value};
 
-use super::openai::stream::OpenAiSink;
+use super::chat_chunks::stream::OpenAiSink;
+pub use super::inbound_messages::stream_error_event;
 use super::outbound::OutBody;
 use super::stream::{StreamTranslator, Translating};
 use super::{
@@ -231,17 +229,6 @@ pub fn usage(usage: &Value) -> Usage {
             + count("cache_read_input_tokens"),
         completion_tokens: count("output_tokens"),
     }
-}
-
-/// The mid-stream error event an Anthropic client's SDK raises as an exception.
-pub fn stream_error_event(message: &str, overloaded: bool) -> Bytes {
-    let kind = if overloaded {
-        "overloaded_error"
-    } else {
-        "api_error"
-    };
-    let event = serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
-    super::stream::named_event("error", &event)
 }
 
 /// The seconds since the epoch, for the `created` field of translated completions.

@@ -17,8 +17,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use http::header::HeaderName;
 
-use super::anthropic::{inbound_request, inbound_response, inbound_stream};
-use super::openai::stream::OpenAiSink;
+use super::chat_chunks::stream::OpenAiSink;
+use super::inbound_messages;
 use super::stream::{StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,
@@ -49,7 +49,7 @@ impl Adapter for GeminiAdapter {
                 let openai = match request.format {
                     ClientFormat::OpenAi => &request.body,
                     ClientFormat::Anthropic => {
-                        translated = inbound_request::to_openai(&request.body)?;
+                        translated = inbound_messages::request::to_openai(&request.body)?;
                         &translated
                     }
                 };
@@ -87,7 +87,7 @@ impl Adapter for GeminiAdapter {
         let body = match request.format {
             ClientFormat::OpenAi => super::to_bytes(&completion),
             ClientFormat::Anthropic => {
-                super::to_bytes(&inbound_response::from_openai(&completion)?)
+                super::to_bytes(&inbound_messages::response::from_openai(&completion)?)
             }
         };
         Some(Decoded { body, usage })
@@ -110,7 +110,7 @@ impl Adapter for GeminiAdapter {
             )),
             ClientFormat::Anthropic => Box::new(Translating::new(
                 decode::GeminiSource::default(),
-                inbound_stream::AnthropicSink::default(),
+                inbound_messages::stream::AnthropicSink::default(),
             )),
         }
     }

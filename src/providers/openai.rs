@@ -4,16 +4,14 @@
 //! `base_url` names the API root (`https://api.openai.com/v1`); chat goes to
 //! `{base_url}/chat/completions` and embeddings to `{base_url}/embeddings`, with bearer auth.
 
-mod scan;
-pub mod stream;
-
 use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
-use super::anthropic::{inbound_request, inbound_response, inbound_stream};
+use super::chat_chunks::stream;
+use super::inbound_messages;
 use super::outbound::OutBody;
 use super::responses;
 use super::stream::{StreamTranslator, Translating};
@@ -76,7 +74,7 @@ pub(crate) fn encode(
     match (request.operation, request.format) {
         (Operation::CountTokens, _) => Err(super::only_for(request.operation)),
         (Operation::Chat, ClientFormat::Anthropic) => {
-            let mut body = inbound_request::to_openai(&request.body)?;
+            let mut body = inbound_messages::request::to_openai(&request.body)?;
             Ok(encode_body(&mut body, model, stream).0.into())
         }
         (Operation::Embeddings, _) => {
@@ -151,7 +149,7 @@ pub(crate) fn decode(request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
             }),
         (Operation::Chat | Operation::Completions, ClientFormat::Anthropic) => {
             let completion: Value = serde_json::from_slice(body).ok()?;
-            let message = inbound_response::from_openai(&completion)?;
+            let message = inbound_messages::response::from_openai(&completion)?;
             Some(Decoded {
                 body: super::to_bytes(&message),
                 usage: super::stream::chunk_usage(&completion),
@@ -178,7 +176,7 @@ pub(crate) fn translator(request: &ClientRequest) -> Box<dyn StreamTranslator> {
         ClientFormat::OpenAi => Box::new(stream::Passthrough::new(!request.asked_stream_usage())),
         ClientFormat::Anthropic => Box::new(Translating::new(
             stream::OpenAiSource::default(),
-            inbound_stream::AnthropicSink::default(),
+            inbound_messages::stream::AnthropicSink::default(),
         )),
     }
 }
@@ -237,75 +235,6 @@ pub fn probe_completion(body: &[u8]) -> Option<Option<Usage>> {
     serde_json::from_str::<CompletionProbe>(simdutf8::basic::from_utf8(body).ok()?)
         .ok()
         .map(|c| c.usage)
-}
-
-/// What one streamed chunk says, as far as the gateway cares.
-#[derive(Debug, PartialEq, Eq)]
-pub enum ChunkKind {
-    /// Content (or role): forward it.
-    Content,
-    /// A chunk whose choice carries a finish reason: the answer is whole from here on, even
-    /// if the server then closes without `[DONE]`, as several compatible servers do.
-    Finish,
-    /// The final usage-only chunk (`choices: []`).
-    UsageOnly(Usage),
-    /// The terminal `[DONE]` marker.
-    Done,
-    /// An error the upstream reported inside the stream.
-    Error,
-}
-
-#[derive(Deserialize)]
-struct ChunkProbe {
-    choices: Option<Vec<ChoiceProbe>>,
-    usage: Option<Usage>,
-    error: Option<IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct ChoiceProbe {
-    #[serde(default)]
-    finish_reason: Option<IgnoredAny>,
-}
-
-/// Reads one streamed event's data; `None` when it is not a valid chunk.
-pub fn probe_chunk(data: &[u8]) -> Option<(ChunkKind, Option<Usage>)> {
-    // Content chunks, nearly all of a stream, are told apart in one pass; the rest (usage,
-    // errors, `[DONE]`, anything odd) are parsed in full.
-    match scan::scan_chunk(data) {
-        Some(scan::Scanned::Content) => Some((ChunkKind::Content, None)),
-        Some(scan::Scanned::Finish) => Some((ChunkKind::Finish, None)),
-        None => probe_chunk_in_full(data),
-    }
-}
-
-/// [`probe_chunk`] by a full parse.
-fn probe_chunk_in_full(data: &[u8]) -> Option<(ChunkKind, Option<Usage>)> {
-    if std::str::from_utf8(data).map(str::trim) == Ok("[DONE]") {
-        return Some((ChunkKind::Done, None));
-    }
-    let chunk: ChunkProbe = serde_json::from_slice(data).ok()?;
-    if chunk.error.is_some() {
-        return Some((ChunkKind::Error, None));
-    }
-    match (chunk.choices, chunk.usage) {
-        (Some(choices), Some(usage)) if choices.is_empty() => {
-            Some((ChunkKind::UsageOnly(usage), Some(usage)))
-        }
-        (Some(choices), usage) if choices.iter().any(|c| c.finish_reason.is_some()) => {
-            Some((ChunkKind::Finish, usage))
-        }
-        (Some(_), usage) => Some((ChunkKind::Content, usage)),
-        (None, _) => None,
-    }
-}
-
-/// The error event a client of the OpenAI format understands (the SDK raises `APIError`).
-pub fn stream_error_event(message: &str, code: &str) -> Bytes {
-    let event = serde_json::json!({
-        "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
-    });
-    Bytes::from(format!("data: {event}\n\n"))
 }
 
 #[cfg(test)]
@@ -400,36 +329,6 @@ mod tests {
         assert_eq!(
             twice,
             serde_json::json!({"model":"m","stream":true,"stream_options":{"include_usage":true}})
-        );
-    }
-
-    #[test]
-    fn probes_chunks() {
-        let usage = Usage {
-            prompt_tokens: 3,
-            completion_tokens: 5,
-        };
-        assert_eq!(probe_chunk(b"[DONE]"), Some((ChunkKind::Done, None)));
-        assert_eq!(
-            probe_chunk(br#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}"#),
-            Some((ChunkKind::UsageOnly(usage), Some(usage)))
-        );
-        assert_eq!(
-            probe_chunk(br#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#),
-            Some((ChunkKind::Content, None))
-        );
-        assert_eq!(
-            probe_chunk(br#"{"error":{"message":"x"}}"#),
-            Some((ChunkKind::Error, None))
-        );
-        assert_eq!(probe_chunk(b"{not json"), None);
-        assert_eq!(
-            probe_chunk(br#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
-            Some((ChunkKind::Finish, None))
-        );
-        assert_eq!(
-            probe_chunk(br#"{"choices":[{"delta":{"content":"hi"},"finish_reason":null}]}"#),
-            Some((ChunkKind::Content, None))
         );
     }
 }

@@ -16,8 +16,8 @@ use http::StatusCode;
 use serde_json::{Map, Value};
 
 use super::anthropic::events::AnthropicSource;
+use super::chat_chunks::stream::OpenAiSource;
 use super::gemini::decode::GeminiSource;
-use super::openai::stream::OpenAiSource;
 use super::stream::{ChunkSource, StreamState, StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,

@@ -232,8 +232,8 @@ impl ChunkSource for GeminiSource {
 mod tests {
     use super::*;
     use crate::providers::Usage;
-    use crate::providers::anthropic::inbound_stream::AnthropicSink;
-    use crate::providers::openai::stream::OpenAiSink;
+    use crate::providers::chat_chunks::stream::OpenAiSink;
+    use crate::providers::inbound_messages::stream::AnthropicSink;
     use crate::providers::stream::Translating;
     use crate::providers::stream::testing::{event, names, payloads, run};
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::providers::openai::stream::OpenAiSink;
+use crate::providers::chat_chunks::stream::OpenAiSink;
 use crate::providers::stream::Translating;
 use crate::providers::stream::testing::{event, names, payloads, run};
 

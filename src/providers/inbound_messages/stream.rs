@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::inbound_response::{anthropic_usage, stop_reason};
+use super::response::{anthropic_usage, stop_reason};
 use super::stream_error_event;
 use crate::providers::stream::{ChunkSink, chunk_usage, named_event};
 
@@ -199,7 +199,7 @@ impl ChunkSink for AnthropicSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::openai::stream::OpenAiSource;
+    use crate::providers::chat_chunks::stream::OpenAiSource;
     use crate::providers::stream::testing::{event, names, payloads, run};
     use crate::providers::stream::{StreamState, Translating};
 

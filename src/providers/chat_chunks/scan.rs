@@ -278,7 +278,7 @@ impl Cursor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::openai::{ChunkKind, probe_chunk_in_full};
+    use crate::providers::chat_chunks::{ChunkKind, probe_chunk_in_full};
 
     /// Whenever the scan answers, the full parse says the same.
     fn agrees(data: &str) -> Option<Scanned> {
