@@ -1,5 +1,7 @@
 //! Routing: which chain a request takes, and the attempt loop that walks it.
 //!
+//! The server comes in through `entry` alone: it hands over a checked request and reads
+//! back how the chain ended.
 //! `chain` runs the loop (and its `hedge`s), `classify` decides what each failure means,
 //! `upstream` makes an attempt over HTTP (its `scrub` takes the key it sent out of what comes
 //! back), and `retry` computes the waits between attempts.
@@ -12,6 +14,7 @@ pub mod balance;
 pub mod breaker;
 pub mod chain;
 pub mod classify;
+pub mod entry;
 pub mod health;
 pub mod hedge_budget;
 pub mod retry;
@@ -20,6 +23,7 @@ pub mod upstream;
 
 pub use chain::{Attempt, Attempter, ChainEnd, ChainRun, Failure, UpstreamReply, run_chain};
 pub use classify::{Action, FailureClass};
+pub use entry::{Answer, Exhausted, RouteRequest, Routed, Router};
 pub use health::Health;
 
 use std::sync::Arc;

@@ -16,10 +16,10 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::chat;
 use super::endpoint::Endpoint;
 use super::error::{BodyError, is_body_timeout};
 use super::{AppState, completions, embeddings, messages, responses};
+use super::{chat, refusal};
 
 /// The client API's POST endpoints, by path.
 pub(super) const ENDPOINTS: [(&str, &Endpoint); 6] = [
@@ -51,7 +51,8 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let (parts, body) = request.into_parts();
-    if let Some(refused) = chat::declared_oversize_refusal(&state, &parts.headers, parts.uri.path())
+    if let Some(refused) =
+        refusal::declared_oversize_refusal(&state, &parts.headers, parts.uri.path())
     {
         return refused;
     }

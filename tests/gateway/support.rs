@@ -79,6 +79,89 @@ pub fn test_config_text(config: &str) -> String {
     text
 }
 
+/// A test gateway's config, built a block at a time:
+///
+/// ```ignore
+/// let gateway = TestGateway::new()
+///     .provider("primary", &primary)
+///     .provider("secondary", &secondary)
+///     .route("r", &[("primary", "m"), ("secondary", "m")], "")
+///     .fast_retry()
+///     .start()
+///     .await;
+/// ```
+///
+/// Unless a block says otherwise, auth is optional and the store lives in memory (see
+/// [`test_config`]).
+#[derive(Clone, Debug, Default)]
+pub struct TestGateway {
+    toml: String,
+}
+
+impl TestGateway {
+    pub fn new() -> TestGateway {
+        TestGateway::default()
+    }
+
+    /// An OpenAI-kind provider for `fake`, with no key required.
+    pub fn provider(self, name: &str, fake: &FakeHandle) -> TestGateway {
+        self.with(&provider(name, fake))
+    }
+
+    /// A provider of `kind` for `fake`, with no key required.
+    pub fn provider_of(self, kind: &str, name: &str, fake: &FakeHandle) -> TestGateway {
+        self.with(&provider_of(kind, name, fake))
+    }
+
+    /// An OpenAI-kind provider at `base_url`, followed by `extra` lines of its own. Unlike
+    /// [`TestGateway::provider`], it needs a key unless `extra` says otherwise.
+    pub fn provider_at(self, name: &str, base_url: &str, extra: &str) -> TestGateway {
+        self.with(&format!(
+            "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{base_url}\"\n{extra}\n"
+        ))
+    }
+
+    /// A provider whose port nothing listens on: every attempt fails to connect.
+    pub fn dead_provider(self, name: &str) -> TestGateway {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        self.provider_at(name, &format!("http://{closed}/v1"), "key_required = false")
+    }
+
+    /// A route over `steps` of `(provider, model)`, followed by `extra` lines of its own.
+    pub fn route(self, name: &str, steps: &[(&str, &str)], extra: &str) -> TestGateway {
+        self.with(&route(name, steps, extra))
+    }
+
+    /// Quick retries ([`FAST_RETRY`]), so tests of backoff do not wait for the defaults.
+    pub fn fast_retry(self) -> TestGateway {
+        self.with(FAST_RETRY)
+    }
+
+    /// Any other TOML, as written; a table's header must start a line.
+    pub fn with(mut self, toml: &str) -> TestGateway {
+        if !self.toml.is_empty() && !self.toml.ends_with('\n') {
+            self.toml.push('\n');
+        }
+        self.toml.push_str(toml);
+        self
+    }
+
+    /// The config text, with the test defaults, for a test that writes it to a file.
+    pub fn text(&self) -> String {
+        test_config_text(&self.toml)
+    }
+
+    pub fn config(&self) -> Config {
+        test_config(&self.toml)
+    }
+
+    pub async fn start(&self) -> Gateway {
+        Gateway::start(self.config()).await.expect("gateway starts")
+    }
+}
+
 /// Starts a gateway from config text, with [`test_config`]'s defaults.
 pub async fn gateway(config: &str) -> Gateway {
     Gateway::start(test_config(config))
@@ -88,14 +171,13 @@ pub async fn gateway(config: &str) -> Gateway {
 
 /// The standard two-step setup: route `r` = primary → secondary.
 pub async fn two_step(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
-    let config = format!(
-        "{}{}{}{}",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-        extra
-    );
-    gateway(&config).await
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .with(extra)
+        .start()
+        .await
 }
 
 pub fn client() -> reqwest::Client {
