@@ -56,6 +56,7 @@ fn row(run: &str, i: usize, now: i64) -> LogRow {
         stream: false,
         partial: false,
         error: None,
+        cache: None,
     }
 }
 

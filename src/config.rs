@@ -6,6 +6,7 @@
 
 mod access;
 pub mod backoff;
+mod cache;
 mod duration;
 mod raw;
 mod redis_target;
@@ -22,6 +23,7 @@ use backoff::Backoff;
 use retry_budget::RetryBudget;
 
 pub use access::{DirectModels, ModelPattern, pattern_matches};
+pub use cache::{CacheConfig, CacheScope, RouteCache};
 pub use duration::{format_duration, parse_duration};
 pub use redis_target::RedisTarget;
 
@@ -76,6 +78,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// `[budgets]`: how spend budgets price what the price table does not.
     pub budgets: BudgetsConfig,
+    /// `[cache]`: where the routes that opt in keep their answers.
+    pub cache: CacheConfig,
 }
 
 /// A secret written in the config file; its `Debug` prints `***`.
@@ -471,6 +475,8 @@ pub struct Route {
     pub degraded: Option<String>,
     /// When step 0 is slow to commit, race the next step against it.
     pub hedge: Option<Hedge>,
+    /// `cache = { ttl, scope }`: answers kept and served again; `None` caches nothing.
+    pub cache: Option<RouteCache>,
 }
 
 /// A route's hedge: how long step 0 may go without committing before the next step is

@@ -8,6 +8,7 @@
 //!   deployments.
 //! - [`providers`]: wire formats: encoding requests, decoding answers and event streams.
 //! - [`budgets`]: spend budgets per key and role, reserved at admission and settled on usage.
+//! - [`cache`]: answers kept per route that opts in, scoped to the caller, misses coalesced.
 //! - [`keys`]: provider secrets, and which keys are benched.
 //! - [`telemetry`]: one record per request, written off the hot path.
 //! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
@@ -21,6 +22,7 @@
 
 pub mod auth;
 pub mod budgets;
+pub mod cache;
 mod calendar;
 pub mod check;
 pub mod cluster;

@@ -69,5 +69,6 @@ pub fn resolve_route(
         fallback_on_context_length: false,
         degraded: None,
         hedge: None,
+        cache: None,
     }))
 }

@@ -24,6 +24,7 @@ mod preflight;
 mod readiness;
 mod refusal;
 pub mod reload;
+mod response_cache;
 mod responses;
 mod scorecard;
 mod shards;

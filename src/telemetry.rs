@@ -134,6 +134,33 @@ pub struct RequestRecord {
     /// Whether a hedge was due (step 0 slow past the route's delay) but the route's hedge
     /// budget refused it.
     pub hedge_refused: bool,
+    /// What the response cache did; `None` on a route that caches nothing.
+    pub cache: Option<CacheStatus>,
+}
+
+/// What the response cache did for a request, as `x-switchyard-cache` and the log say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// Served a kept answer.
+    Hit,
+    /// Went upstream; a complete answer is kept.
+    Miss,
+    /// Served the answer of an identical miss it waited for.
+    Coalesced,
+    /// The route caches, but not this request: `cache-control: no-store` or `no-cache`, or
+    /// a request the cache does not serve.
+    Bypass,
+}
+
+impl CacheStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "hit",
+            CacheStatus::Miss => "miss",
+            CacheStatus::Coalesced => "coalesced",
+            CacheStatus::Bypass => "bypass",
+        }
+    }
 }
 
 impl RequestRecord {
@@ -161,6 +188,7 @@ impl RequestRecord {
             partial: false,
             error: None,
             hedge_refused: false,
+            cache: None,
         }
     }
 }

@@ -14,6 +14,7 @@ mod gateway {
     mod breaker_judgement;
     mod breakers;
     mod budgets;
+    mod cache;
     mod client_hints;
     mod cluster;
     mod cluster_breakers;

@@ -41,6 +41,25 @@ pub struct RawConfig {
     pub cluster: RawCluster,
     #[serde(default)]
     pub budgets: RawBudgets,
+    #[serde(default)]
+    pub cache: RawCache,
+}
+
+/// `[cache]`: where cached answers live.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    pub backend: Option<String>,
+    pub max_bytes: Option<usize>,
+    pub max_entry_bytes: Option<usize>,
+}
+
+/// A route's `cache = { ttl = "1h", scope = "key" }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteCache {
+    pub ttl: String,
+    pub scope: Option<String>,
 }
 
 /// `[budgets]`: how spend budgets treat unpriced models and requests without `max_tokens`.
@@ -221,6 +240,7 @@ pub struct RawRoute {
     pub fallback_on_context_length: bool,
     pub degraded: Option<RawDegraded>,
     pub hedge: Option<RawHedge>,
+    pub cache: Option<RawRouteCache>,
 }
 
 /// `hedge = { after = "800ms" | "p95", max = 1 }`: when step 0 is slow to commit, race the

@@ -3,6 +3,7 @@
 mod access;
 mod breaker;
 mod budgets;
+mod cache;
 mod cluster;
 mod hedge;
 mod lease;
@@ -153,6 +154,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let prices = telemetry::prices(&mut errors, raw.prices, &providers);
     let admin = telemetry::admin(&mut errors, raw.admin);
     let budgets = budgets::budgets(&mut errors, raw.budgets);
+    let cache = cache::cache(&mut errors, raw.cache);
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
@@ -263,6 +265,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         admin,
         cluster,
         budgets,
+        cache,
     })
 }
 
@@ -497,6 +500,9 @@ fn routes(errors: &mut Errors, raw: Vec<RawRoute>, providers: &[Provider]) -> Ve
             hedge: r
                 .hedge
                 .map(|h| hedge::hedge(errors, &format!("routes[{i}]"), h, step_count)),
+            cache: r
+                .cache
+                .map(|c| cache::route_cache(errors, &format!("routes[{i}]"), c)),
         });
     }
     routes

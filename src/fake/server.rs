@@ -77,6 +77,9 @@ struct FakeState {
     stats: watch::Sender<FakeStats>,
     /// The only key accepted, when set.
     required_key: Option<String>,
+    /// Whether answers may go out; while closed ([`FakeHandle::hold`]) every request, once
+    /// counted, waits until it opens.
+    gate: watch::Sender<bool>,
 }
 
 impl FakeState {
@@ -151,6 +154,17 @@ impl FakeHandle {
             .clone()
     }
 
+    /// Holds every answer until [`FakeHandle::release`]: a test sees requests arrive (in
+    /// [`FakeHandle::wait_until`]) while none is answered yet.
+    pub fn hold(&self) {
+        self.state.gate.send_replace(false);
+    }
+
+    /// Lets held answers, and every one after, go out.
+    pub fn release(&self) {
+        self.state.gate.send_replace(true);
+    }
+
     /// Replaces the script; its first behaviour answers the next request.
     pub fn set_script(&self, script: Script) {
         set_script(&self.state, script);
@@ -191,6 +205,7 @@ pub fn spawn(
         recorded: Mutex::new(Vec::new()),
         stats: watch::Sender::new(FakeStats::default()),
         required_key,
+        gate: watch::Sender::new(true),
     });
     let accept_state = state.clone();
     let accept = tokio::spawn(async move {
@@ -298,6 +313,8 @@ async fn handle(
     let (call, behavior) = state.next_behavior();
     // Hyper drops this future when the client closes the connection while it waits.
     let unanswered = Unanswered(Some(state.clone()));
+    // The sender lives in `state`, so the channel cannot close while this waits.
+    let _ = state.gate.subscribe().wait_for(|open| *open).await;
     if behavior.delay_ms > 0 {
         tokio::time::sleep(Duration::from_millis(behavior.delay_ms)).await;
     }

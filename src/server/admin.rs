@@ -6,6 +6,7 @@
 //! that take an [`Observer`] follow the rules in its documentation.
 
 pub mod breakers;
+pub mod cache;
 pub mod keys;
 pub mod virtual_keys;
 

@@ -18,11 +18,13 @@ use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
 use super::error::BodyError;
 use super::refusal::{failed_by, refuse, unauthenticated};
+use super::response_cache::{self, Keep, Plan};
 use super::spend;
 use super::stamp::{UPSTREAM_REQUEST_ID, stamp, upstream_response};
 use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
 use crate::budgets::Reservation;
+use crate::cache::Lookup;
 use crate::config::Route;
 use crate::limits::Permit;
 use crate::providers::anthropic::ANTHROPIC_BETA;
@@ -30,7 +32,7 @@ use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, Request
 use crate::router::breaker::CallerTag;
 use crate::router::upstream::{CommittedStream, JsonReply};
 use crate::router::{Answer, ChainEnd, RouteError, RouteRequest, Routed};
-use crate::telemetry::{Outcome, RecordGuard, RequestRecord};
+use crate::telemetry::{CacheStatus, Outcome, RecordGuard, RequestRecord};
 
 /// A request that passed every check and is ready to route.
 struct Prepared {
@@ -129,6 +131,30 @@ async fn serve(
         Err(error) => return refuse(guard, error, format),
     };
     let rate_headers = permit.headers;
+    // The cache: after the rate limits, which count a hit as a request, and before the spend
+    // budgets, which a hit costs nothing against.
+    let cache_plan = response_cache::plan(
+        &state.cache,
+        &caller,
+        &prepared.route,
+        &prepared.request,
+        prepared.stream,
+        headers,
+    );
+    let (keep, cache_status) = match cache_plan {
+        Plan::Off => (None, None),
+        Plan::Bypass(keep) => (keep, Some(CacheStatus::Bypass)),
+        Plan::Look(keep) => match state.cache.lookup(keep.key()).await {
+            Lookup::Hit { entry, coalesced } => {
+                let mut response =
+                    response_cache::serve_hit(guard, &prepared.route, &entry, coalesced);
+                admission::add_rate_headers(&mut response, &rate_headers);
+                return response;
+            }
+            Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss)),
+        },
+    };
+    guard.record().cache = cache_status;
     // Spend budgets: after the rate limits admit, before any upstream is called.
     let (route, first_step) = (&prepared.route, prepared.first_step);
     prepared.reservation =
@@ -153,7 +179,7 @@ async fn serve(
     // Boxed: inline, the chain's future (5.6 KB for a stream) made every future above it as
     // large, and axum's layers move the handler's future by value several times a request.
     let mut response = match Box::pin(state.router().route(routing)).await {
-        Routed::Json(answer) => answer_json(answer, guard, permit, reservation).await,
+        Routed::Json(answer) => answer_json(answer, guard, permit, reservation, keep).await,
         Routed::Stream(answer) => {
             let limits = StreamLimits {
                 idle_timeout: state.config().retry.stream_idle_timeout,
@@ -168,6 +194,9 @@ async fn serve(
     }
     admission::add_rate_headers(&mut response, &rate_headers);
     spend::add_remaining_header(&mut response, remaining);
+    if let Some(status) = cache_status {
+        response_cache::set_cache_header(&mut response, status);
+    }
     response
 }
 
@@ -248,10 +277,21 @@ async fn answer_json(
     mut guard: RecordGuard,
     permit: Permit,
     reservation: Option<Reservation>,
+    keep: Option<Keep>,
 ) -> Response {
     spend::settle_json(reservation, &answer.run).await;
     let (response, served) = match answer.take_end() {
         ChainEnd::Served { step, output } => {
+            if let Some(keep) = keep {
+                let served_by = answer.run.answered_by.as_ref();
+                keep.keep(
+                    &answer.route,
+                    &answer.request,
+                    &output.reply,
+                    step,
+                    served_by,
+                );
+            }
             let record = guard.record();
             if let Some(usage) = output.usage {
                 record.tokens_in = Some(usage.prompt_tokens);

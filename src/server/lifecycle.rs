@@ -252,6 +252,11 @@ impl Gateway {
         let _ = open.wait_for(ready).await;
     }
 
+    /// The response cache, to wait on its coalesced misses.
+    pub fn cache(&self) -> &crate::cache::Cache {
+        &self.state.cache
+    }
+
     /// The request log's sending side, to read recent records.
     pub fn telemetry(&self) -> &Telemetry {
         &self.state.telemetry

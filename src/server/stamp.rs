@@ -6,6 +6,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::Response;
 
 use super::header_values;
+use crate::cache::Entry;
+use crate::config::Route;
 use crate::router::Answer;
 use crate::telemetry::{Outcome, RecordGuard};
 
@@ -45,6 +47,35 @@ pub(super) fn stamp<T>(
     record.status = response.status().as_u16();
     record.attempts = run.attempts.clone();
     record.hedge_refused = run.hedge_refused;
+}
+
+/// [`stamp`] for an answer served from the cache: no attempt, all of its time the
+/// gateway's, and the step and deployment that made the kept answer.
+pub(super) fn stamp_hit(
+    response: &mut Response,
+    route: &Route,
+    entry: &Entry,
+    outcome: Outcome,
+    guard: &mut RecordGuard,
+) {
+    let overhead = guard.started().elapsed();
+    let record = guard.record();
+    record.overhead = overhead;
+    let headers = response.headers_mut();
+    headers.reserve(STAMPED_HEADERS);
+    set_request_id(headers, &record.id);
+    set(headers, ROUTE, route.name.as_str());
+    headers.insert(ATTEMPTS, header_values::count(0));
+    headers.insert(OUTCOME, HeaderValue::from_static(outcome.as_str()));
+    headers.insert(OVERHEAD_MS, header_values::millis(overhead));
+    headers.insert(STEP, header_values::count(entry.step));
+    set(headers, PROVIDER, entry.provider.as_str());
+    set(headers, MODEL, entry.model.as_str());
+    record.step = Some(entry.step);
+    record.provider = Some(entry.provider.clone());
+    record.model = Some(entry.model.clone());
+    record.outcome = outcome;
+    record.status = response.status().as_u16();
 }
 
 fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {

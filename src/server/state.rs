@@ -66,6 +66,8 @@ pub struct Shared {
     pub scorecards: Arc<tokio::sync::Semaphore>,
     /// How many 401s from each address still get a log row this minute.
     pub unauthorized_rows: flood::UnauthorizedRows,
+    /// The answers kept for routes that opt in; sized by `[cache]` at start.
+    pub cache: Arc<crate::cache::Cache>,
     /// Store reloads run one at a time. Two at once (an admin change's and the watcher's)
     /// could each read the store and install what they read in the other order, leaving
     /// the older keys in place until the next change: an admin change not in effect when
@@ -164,6 +166,7 @@ impl AppState {
         ));
         let unauthorized_rows = config.auth.unauthorized_log_rows_per_minute;
         let budgets = Budgets::new(&config, &limits, telemetry.metrics.clone());
+        let cache = Arc::new(crate::cache::Cache::new(&config.cache));
         let live = Live::new(config, limits, budgets);
         telemetry.metrics.reload.loaded(&live.stamp);
         let shared = Shared {
@@ -182,6 +185,7 @@ impl AppState {
             grace_over: tokio::sync::watch::Sender::new(false),
             scorecards,
             unauthorized_rows: flood::UnauthorizedRows::new(unauthorized_rows),
+            cache,
             store_reloads: tokio::sync::Mutex::new(()),
             key_catch_up: tokio::sync::Mutex::new(None),
         };

@@ -88,6 +88,10 @@ fn admin_calls() -> Router<ServerState> {
         .route("/admin/reload", post(reload::answer))
         .route("/admin/breakers", get(admin::breakers::list))
         .route("/admin/breakers/reset", post(admin::breakers::reset))
+        .route(
+            "/admin/cache",
+            get(admin::cache::stats).delete(admin::cache::purge),
+        )
         .route("/admin/keys", get(admin::keys::list))
         .route(
             "/admin/keys/{provider}",
@@ -135,6 +139,14 @@ async fn metrics(_: admin::Observer, State(state): State<AppState>) -> Response 
         .metrics
         .provider_keys_unreadable
         .set(unreadable);
+    let cache = state.cache.stats();
+    let metrics = &state.telemetry.metrics;
+    metrics
+        .cache_bytes
+        .set(i64::try_from(cache.bytes).unwrap_or(i64::MAX));
+    metrics
+        .cache_evictions
+        .set(i64::try_from(cache.evictions).unwrap_or(i64::MAX));
     let body = state.telemetry.metrics.render();
     (
         [(

@@ -98,6 +98,7 @@ fn log_row(id: &str, time_ms: i64, outcome: &str) -> LogRow {
         stream: false,
         partial: false,
         error: Some("none".into()),
+        cache: Some("hit".into()),
     }
 }
 

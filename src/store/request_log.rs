@@ -53,6 +53,10 @@ pub struct LogRow {
     pub stream: bool,
     pub partial: bool,
     pub error: Option<String>,
+    /// What the response cache did: `hit`, `miss`, `bypass` or `coalesced`; `None` on a
+    /// route that caches nothing (and in rows written before the cache existed).
+    #[serde(default)]
+    pub cache: Option<String>,
 }
 
 /// Which rows `switchyard logs` (or the scorecard) reads.

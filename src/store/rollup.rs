@@ -602,6 +602,7 @@ mod tests {
                         stream: false,
                         partial: false,
                         error: None,
+                        cache: None,
                     }
                 },
             )

@@ -123,6 +123,8 @@ const MIGRATIONS: &[&str] = &[
     // leaves its role's.
     "ALTER TABLE virtual_keys ADD COLUMN budget_per_day_micros INTEGER;
      ALTER TABLE virtual_keys ADD COLUMN budget_per_month_micros INTEGER;",
+    // What the response cache did for the request: hit, miss, bypass or coalesced.
+    "ALTER TABLE request_log ADD COLUMN cache TEXT;",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.
@@ -186,6 +188,7 @@ impl SqliteStore {
             .with(|connection| {
                 let version: i64 =
                     connection.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                let mut backfill = false;
                 for (index, migration) in
                     MIGRATIONS.iter().enumerate().skip(version.max(0) as usize)
                 {
@@ -193,9 +196,11 @@ impl SqliteStore {
                     tx.execute_batch(migration)?;
                     tx.pragma_update(None, "user_version", index as i64 + 1)?;
                     tx.commit()?;
-                    if index == ROLLUP_MIGRATION {
-                        request_log::backfill_rollups(connection, now_ms())?;
-                    }
+                    backfill |= index == ROLLUP_MIGRATION;
+                }
+                // Once every migration ran: the backfill reads rows as this build has them.
+                if backfill {
+                    request_log::backfill_rollups(connection, now_ms())?;
                 }
                 Ok(())
             })

@@ -235,6 +235,7 @@ mod tests {
             stream: false,
             partial: false,
             error: None,
+            cache: None,
         }
     }
 

@@ -56,6 +56,14 @@ pub struct RouteDeployment {
     pub model: LabelValue,
 }
 
+/// `switchyard_cache_requests_total`'s labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub route: LabelValue,
+    /// `hit`, `miss`, `coalesced` or `bypass`.
+    pub result: &'static str,
+}
+
 /// `switchyard_hedges_total`'s labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HedgeLabels {
@@ -104,6 +112,11 @@ pub struct Metrics {
     pub hedges: Family<HedgeLabels, Counter>,
     /// Hedges that were due but refused by the route's hedge budget.
     pub hedges_refused: Family<RouteLabel, Counter>,
+    /// Requests on routes that cache, by what the cache did.
+    pub cache_requests: Family<CacheLabels, Counter>,
+    /// The bytes of answers the cache keeps, and its evictions; set at each scrape.
+    pub cache_bytes: Gauge,
+    pub cache_evictions: Gauge,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
     /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
@@ -156,6 +169,9 @@ impl Metrics {
             retry_budget_exhausted: Family::default(),
             hedges: Family::default(),
             hedges_refused: Family::default(),
+            cache_requests: Family::default(),
+            cache_bytes: Gauge::default(),
+            cache_evictions: Gauge::default(),
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
@@ -232,6 +248,21 @@ impl Metrics {
             "switchyard_hedges_refused",
             "Hedges that were due but refused by the route's hedge budget",
             metrics.hedges_refused.clone(),
+        );
+        registry.register(
+            "switchyard_cache_requests",
+            "Requests on routes that cache, by route and result: hit, miss, coalesced (served the answer of an identical miss it waited for), bypass",
+            metrics.cache_requests.clone(),
+        );
+        registry.register(
+            "switchyard_cache_bytes",
+            "Bytes of answers the response cache keeps",
+            metrics.cache_bytes.clone(),
+        );
+        registry.register(
+            "switchyard_cache_evictions",
+            "Answers evicted from the response cache to make room, since start",
+            metrics.cache_evictions.clone(),
         );
         registry.register(
             "switchyard_limit_backend_errors",
@@ -357,6 +388,14 @@ impl Metrics {
         };
         if record.hedge_refused {
             self.hedges_refused.get_or_create(&label()).inc();
+        }
+        if let Some(cache) = record.cache {
+            self.cache_requests
+                .get_or_create(&CacheLabels {
+                    route: route.clone(),
+                    result: cache.as_str(),
+                })
+                .inc();
         }
         series(&mut by_route.duration, &self.duration, label).observe(record.latency.as_secs_f64());
         series(&mut by_route.overhead, &self.overhead, label)

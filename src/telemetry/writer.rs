@@ -463,6 +463,7 @@ pub fn log_row(record: RequestRecord) -> LogRow {
         key_id: record.key_id,
         user: record.user,
         error: record.error,
+        cache: record.cache.map(|c| c.as_str().to_owned()),
     }
 }
 
@@ -502,6 +503,7 @@ mod tests {
             cost_usd: Some(0.25),
             partial: true,
             error: Some("upstream_timeout".into()),
+            cache: None,
             ..RequestRecord::new("req-1".into(), true)
         };
         let row = log_row(record);
@@ -537,6 +539,7 @@ mod tests {
                 stream: true,
                 partial: true,
                 error: Some("upstream_timeout".into()),
+                cache: None,
             }
         );
     }

@@ -56,14 +56,14 @@ const OPEN_DIRECT_NAMES: &str = "[admin]\nmetrics_token = \"test-metrics-token\"
 /// One provider `up` with route `r` over `up/m`, priced so cost is counted too.
 async fn one_provider() -> (switchyard::fake::FakeHandle, Gateway) {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}[[prices]]\nprovider = \"up\"\nmodel = \"m\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n\
-         [[prices]]\nprovider = \"up\"\nmodel = \"priced-only\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], ""),
-        OPEN_DIRECT_NAMES,
-    ))
-    .await;
+    let gateway = one_route(&fake)
+        .with(concat!(
+            "[[prices]]\nprovider = \"up\"\nmodel = \"m\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n",
+            "[[prices]]\nprovider = \"up\"\nmodel = \"priced-only\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n",
+        ))
+        .with(OPEN_DIRECT_NAMES)
+        .start()
+        .await;
     (fake, gateway)
 }
 
@@ -172,8 +172,11 @@ async fn a_hostile_model_name_cannot_forge_a_series_or_end_the_scrape() {
 /// The observability endpoints: none of them may answer an anonymous caller on the client port.
 const OBSERVABILITY_PATHS: [&str; 3] = ["/metrics", "/v1/scorecard", "/dashboard"];
 
-fn one_route(fake: &FakeHandle) -> String {
-    format!("{}{}", provider("up", fake), route("r", &[("up", "m")], ""))
+/// Provider `up` for `fake`, and route `r` over its model `m`.
+fn one_route(fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("up", fake)
+        .route("r", &[("up", "m")], "")
 }
 
 async fn get(url: String, auth: Option<(&str, &str)>) -> reqwest::Response {
@@ -194,7 +197,7 @@ async fn observability_endpoints_want_the_admin_token_on_the_client_port() {
         ..StartOptions::default()
     };
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let gateway = Gateway::start_with(test_config(&one_route(&fake)), addr, options)
+    let gateway = Gateway::start_with(one_route(&fake).config(), addr, options)
         .await
         .unwrap();
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
@@ -215,7 +218,7 @@ async fn observability_endpoints_want_the_admin_token_on_the_client_port() {
 #[tokio::test]
 async fn a_metrics_token_opens_them_by_bearer_or_basic_and_with_no_token_they_are_off() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!("{}{OBSERVABILITY}", one_route(&fake))).await;
+    let gateway = one_route(&fake).with(OBSERVABILITY).start().await;
     for path in OBSERVABILITY_PATHS {
         let url = format!("{}{path}", gateway.url());
         assert_eq!(get(url.clone(), None).await.status(), 401, "{path}");
@@ -229,7 +232,7 @@ async fn a_metrics_token_opens_them_by_bearer_or_basic_and_with_no_token_they_ar
     }
 
     // Neither token nor admin listener: refused with a message that says how to turn them on.
-    let closed = super::support::gateway(&one_route(&fake)).await;
+    let closed = one_route(&fake).start().await;
     for path in OBSERVABILITY_PATHS {
         let response = get(format!("{}{path}", closed.url()), None).await;
         assert_eq!(response.status(), 403, "{path}");
@@ -245,7 +248,7 @@ async fn a_metrics_token_opens_them_by_bearer_or_basic_and_with_no_token_they_ar
 async fn with_an_admin_listener_they_answer_there_and_not_on_the_client_port() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n";
-    let gateway = gateway(&format!("{}{listen}", one_route(&fake))).await;
+    let gateway = one_route(&fake).with(listen).start().await;
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     gateway.telemetry().wait_for_rows(1).await;
     assert_ne!(gateway.admin_url(), gateway.url());
@@ -265,8 +268,11 @@ async fn with_an_admin_listener_they_answer_there_and_not_on_the_client_port() {
     ));
 
     // A metrics token, when set, is wanted on the admin listener too.
-    let guarded =
-        super::support::gateway(&format!("{}{listen}{OBSERVABILITY}", one_route(&fake))).await;
+    let guarded = one_route(&fake)
+        .with(listen)
+        .with(OBSERVABILITY)
+        .start()
+        .await;
     let url = format!("{}/metrics", guarded.admin_url());
     assert_eq!(get(url.clone(), None).await.status(), 401);
     assert_eq!(
@@ -307,7 +313,10 @@ async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows(
     // The gateway refuses control characters in model names, so a hostile row can no longer
     // come from a client; the table must escape whatever the store holds all the same.
     let db = std::env::temp_dir().join(format!("switchyard-esc-{}.db", uuid::Uuid::now_v7()));
-    let text = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
+    let text = TestGateway::new()
+        .with("[store]\n")
+        .set("url", format!("sqlite://{}", db.display()))
+        .raw_text();
     let hostile =
         "up/evil\u{1b}[2J\u{1b}[H\r\n2026-01-01 00:00:00.000  forged  \u{202e}desrever\u{7}";
     let store = switchyard::store::Store::open(&format!("sqlite://{}", db.display()))
@@ -334,6 +343,7 @@ async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows(
         stream: false,
         partial: false,
         error: Some(hostile.into()),
+        cache: None,
     };
     store.insert_log(vec![row]).await.unwrap();
     drop(store);
@@ -367,11 +377,11 @@ async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_401s_from_one_address_writes_a_bounded_number_of_rows() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 5\n{}{OBSERVABILITY}",
-        one_route(&fake)
-    );
-    let gateway = gateway(&config).await;
+    let gateway = one_route(&fake)
+        .with("[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 5\n")
+        .with(OBSERVABILITY)
+        .start()
+        .await;
     let started = std::time::Instant::now();
     const FLOOD: usize = 300;
     let http = client();
@@ -436,12 +446,7 @@ async fn a_clients_mistake_is_a_client_error_not_the_gateways() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{OBSERVABILITY}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = one_route(&fake).with(OBSERVABILITY).start().await;
     let typo = post(&gateway, &chat("no-such-route")).await;
     assert_eq!(typo.status(), 404);
     let returned = post(&gateway, &chat("r")).await;

@@ -385,3 +385,24 @@ pub async fn admin_request(
     }
     request.send().await.expect("gateway answers")
 }
+
+impl TestGateway {
+    /// One `key = value` line, for the table whose header came last; `value` is written as
+    /// TOML (a string quoted and escaped), so a varying value needs no hand-made TOML.
+    ///
+    /// ```ignore
+    /// TestGateway::new().with("[store]\n").set("url", format!("sqlite://{}", path.display()))
+    /// ```
+    pub fn set(self, key: &str, value: impl Into<toml::Value>) -> TestGateway {
+        let line = format!("{key} = {}\n", value.into());
+        self.with(&line)
+    }
+}
+
+impl TestGateway {
+    /// The config text exactly as built, without [`test_config`]'s defaults: for a process
+    /// or a command that must read only what the test wrote (no `[auth]` or `[store]` added).
+    pub fn raw_text(&self) -> String {
+        self.toml.clone()
+    }
+}

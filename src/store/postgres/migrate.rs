@@ -114,6 +114,8 @@ const MIGRATIONS: &[&str] = &[
     // leaves its role's.
     "ALTER TABLE virtual_keys ADD COLUMN budget_per_day_micros BIGINT;
      ALTER TABLE virtual_keys ADD COLUMN budget_per_month_micros BIGINT;",
+    // What the response cache did for the request: hit, miss, bypass or coalesced.
+    "ALTER TABLE request_log ADD COLUMN cache TEXT;",
 ];
 
 /// How many versions this build knows; a database further on was migrated by a newer one.

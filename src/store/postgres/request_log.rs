@@ -17,15 +17,15 @@ use crate::store::rollup::{MINUTE_MS, Rollups};
 pub(super) const COLUMNS: &str =
     "id, time_ms, key_id, user_name, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
-     error";
+     error, cache";
 
 const INSERT: &str = "INSERT INTO request_log (id, time_ms, key_id, user_name, route, outcome,
          step, provider, model, attempts, status, latency_ms, ttft_ms, overhead_ms, tokens_in,
-         tokens_out, cost_usd, stream, partial, error)
+         tokens_out, cost_usd, stream, partial, error, cache)
      SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[],
          $6::text[], $7::int8[], $8::text[], $9::text[], $10::text[], $11::int4[],
          $12::float8[], $13::float8[], $14::float8[], $15::int8[], $16::int8[], $17::float8[],
-         $18::bool[], $19::bool[], $20::text[])
+         $18::bool[], $19::bool[], $20::text[], $21::text[])
      ON CONFLICT (id) DO NOTHING
      RETURNING id";
 
@@ -52,6 +52,7 @@ struct Columns<'a> {
     stream: Vec<bool>,
     partial: Vec<bool>,
     error: Vec<Option<&'a str>>,
+    cache: Vec<Option<&'a str>>,
 }
 
 impl<'a> Columns<'a> {
@@ -80,11 +81,12 @@ impl<'a> Columns<'a> {
             c.stream.push(row.stream);
             c.partial.push(row.partial);
             c.error.push(row.error.as_deref());
+            c.cache.push(row.cache.as_deref());
         }
         c
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 20] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 21] {
         [
             &self.id,
             &self.time_ms,
@@ -106,6 +108,7 @@ impl<'a> Columns<'a> {
             &self.stream,
             &self.partial,
             &self.error,
+            &self.cache,
         ]
     }
 }
@@ -238,5 +241,6 @@ fn read_row(row: &Row) -> Result<LogRow, StoreError> {
         stream: row.try_get(17)?,
         partial: row.try_get(18)?,
         error: row.try_get(19)?,
+        cache: row.try_get(20)?,
     })
 }

@@ -19,7 +19,7 @@ const BACKFILL_MS: i64 = 24 * 3_600_000 + MINUTE_MS;
 pub(super) const COLUMNS: &str =
     "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
-     error";
+     error, cache";
 
 impl SqliteStore {
     /// Inserts a batch of rows, and folds them into the rollups, in one transaction: all of
@@ -124,7 +124,7 @@ fn insert_rows(
         let mut insert = tx.prepare_cached(&format!(
             "INSERT OR IGNORE INTO request_log ({COLUMNS})
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                     ?16, ?17, ?18, ?19, ?20)"
+                     ?16, ?17, ?18, ?19, ?20, ?21)"
         ))?;
         for (index, row) in rows.iter().enumerate() {
             pace.offer_core_at(index);
@@ -151,6 +151,7 @@ fn insert_rows(
                 row.stream,
                 row.partial,
                 row.error,
+                row.cache,
             ])?;
             // Only a row stored now counts: a replayed one is in the rollups already.
             if changed == 1 {
@@ -191,6 +192,7 @@ pub(super) fn read_row(row: &Row<'_>) -> rusqlite::Result<LogRow> {
         stream: row.get(17)?,
         partial: row.get(18)?,
         error: row.get(19)?,
+        cache: row.get(20)?,
     })
 }
 
@@ -246,6 +248,7 @@ mod tests {
             stream: false,
             partial: false,
             error: None,
+            cache: None,
         }
     }
 

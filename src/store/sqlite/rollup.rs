@@ -191,6 +191,7 @@ mod tests {
             stream: false,
             partial: false,
             error: None,
+            cache: None,
         }
     }
 
@@ -340,12 +341,14 @@ mod tests {
             .unwrap();
         drop(store);
         // As an older version left it: no rollup table (nor later migrations), rows in the log.
+        // The backfill reads the log as this build does, so it runs after every migration.
         let connection = rusqlite::Connection::open(&path).unwrap();
         connection
             .execute_batch(
                 "DROP TABLE log_rollup; ALTER TABLE virtual_keys DROP COLUMN expires_ms;
                  ALTER TABLE virtual_keys DROP COLUMN budget_per_day_micros;
                  ALTER TABLE virtual_keys DROP COLUMN budget_per_month_micros;
+                 ALTER TABLE request_log DROP COLUMN cache;
                  PRAGMA user_version = 3;",
             )
             .unwrap();

@@ -72,6 +72,7 @@ fn row(age_ms: i64, outcome: &str, latency_ms: f64) -> LogRow {
         stream: false,
         partial: false,
         error: None,
+        cache: None,
     }
 }
 

@@ -1,0 +1,62 @@
+//! Single flight: of identical misses in flight at once, the first goes upstream and the rest
+//! wait for its answer, so 50 identical requests make one upstream call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::watch;
+
+use super::CacheKey;
+
+/// The misses in flight, each with the channel its waiters listen on.
+#[derive(Default)]
+pub struct Flights {
+    in_flight: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
+}
+
+/// Joining a key's flight: lead it, or wait for its leader.
+pub enum Joined {
+    Lead(Lead),
+    Wait(watch::Receiver<()>),
+}
+
+/// The first miss of a key: it goes upstream, and its waiters wake when it is dropped,
+/// whether it stored an answer or failed.
+pub struct Lead {
+    key: CacheKey,
+    in_flight: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
+    // Dropped with the lead: its receivers' `changed()` then returns, waking every waiter.
+    _done: watch::Sender<()>,
+}
+
+impl Flights {
+    /// Leads `key`'s flight when none is in the air, else waits on it. `stored` is asked
+    /// once more under the lock, so a leader that stored and left just before is not missed.
+    pub fn join(&self, key: CacheKey, stored: impl FnOnce() -> bool) -> Option<Joined> {
+        let mut in_flight = lock(&self.in_flight);
+        if let Some(waiting) = in_flight.get(&key) {
+            return Some(Joined::Wait(waiting.clone()));
+        }
+        if stored() {
+            return None;
+        }
+        let (done, waiting) = watch::channel(());
+        in_flight.insert(key, waiting);
+        Some(Joined::Lead(Lead {
+            key,
+            in_flight: self.in_flight.clone(),
+            _done: done,
+        }))
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        lock(&self.in_flight).remove(&self.key);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The map is changed by single inserts and removes, whole before any panic can happen.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

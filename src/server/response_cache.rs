@@ -1,0 +1,206 @@
+//! The response cache on the request path: whether a request may be served from the cache,
+//! the answer of a hit, and keeping a miss's answer.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::stamp::stamp_hit;
+use crate::auth::Caller;
+use crate::cache::{Cache, CacheKey, Entry, Lead, cache_key, identity};
+use crate::config::{Deployment, Route};
+use crate::providers::{ClientFormat, ClientRequest, Operation};
+use crate::router::UpstreamReply;
+use crate::telemetry::{CacheStatus, Outcome, RecordGuard};
+
+/// What the cache does for one request.
+pub(super) enum Plan {
+    /// The route keeps no answers.
+    Off,
+    /// The route does, but this request is not read from the cache; its answer is kept when
+    /// `Keep` is given (`cache-control: no-cache`).
+    Bypass(Option<Keep>),
+    /// Look the request up; on a miss, keep its answer.
+    Look(Keep),
+}
+
+/// Where a miss's answer goes once it is whole.
+pub(super) struct Keep {
+    cache: Arc<Cache>,
+    key: CacheKey,
+    ttl: Duration,
+    key_id: Option<String>,
+    /// Held while the answer is made: identical misses wait until it drops, after the
+    /// answer is kept or found not worth keeping.
+    _lead: Option<Lead>,
+}
+
+/// The cache's part for `request` on `route`.
+pub(super) fn plan(
+    cache: &Arc<Cache>,
+    caller: &Caller,
+    route: &Route,
+    request: &ClientRequest,
+    stream: bool,
+    headers: &HeaderMap,
+) -> Plan {
+    let Some(settings) = route.cache else {
+        return Plan::Off;
+    };
+    let (no_store, no_cache) = directives(headers);
+    // Streams are not served from the cache yet, and a Responses answer carries state of
+    // its own (its id, what `previous_response_id` reads back).
+    let cacheable = !stream
+        && matches!(
+            request.operation,
+            Operation::Chat | Operation::Completions | Operation::Embeddings
+        );
+    if !cacheable || no_store {
+        return Plan::Bypass(None);
+    }
+    let key_id = caller.key.as_ref().map(|k| k.id.clone());
+    let identity = identity(settings.scope, key_id.as_deref(), &caller.role);
+    let Some(key) = cache_key(&identity, route.name.as_str(), request) else {
+        return Plan::Bypass(None);
+    };
+    let keep = Keep {
+        cache: cache.clone(),
+        key,
+        ttl: settings.ttl,
+        key_id,
+        _lead: None,
+    };
+    if no_cache {
+        Plan::Bypass(Some(keep))
+    } else {
+        Plan::Look(keep)
+    }
+}
+
+/// `cache-control`'s `no-store` and `no-cache`, in any of its values.
+fn directives(headers: &HeaderMap) -> (bool, bool) {
+    let mut found = (false, false);
+    for value in headers.get_all(header::CACHE_CONTROL) {
+        let Ok(value) = value.to_str() else { continue };
+        for directive in value.split(',').map(str::trim) {
+            if directive.eq_ignore_ascii_case("no-store") {
+                found.0 = true;
+            } else if directive.eq_ignore_ascii_case("no-cache") {
+                found.1 = true;
+            }
+        }
+    }
+    found
+}
+
+impl Keep {
+    /// The key a lookup needs.
+    pub(super) fn key(&self) -> CacheKey {
+        self.key
+    }
+
+    /// The same, leading the key's flight.
+    pub(super) fn led_by(self, lead: Lead) -> Keep {
+        Keep {
+            _lead: Some(lead),
+            ..self
+        }
+    }
+
+    /// Keeps `reply`, served by `step`'s `deployment` on `route`, when it is a whole,
+    /// successful answer. The lead drops after, waking the identical misses that wait.
+    pub(super) fn keep(
+        self,
+        route: &Route,
+        request: &ClientRequest,
+        reply: &UpstreamReply,
+        step: usize,
+        deployment: Option<&Deployment>,
+    ) {
+        let Some(deployment) = deployment else { return };
+        if !reply.status.is_success() || !complete(request, &reply.body) {
+            return;
+        }
+        let entry = Entry {
+            body: reply.body.clone(),
+            content_type: reply
+                .content_type
+                .clone()
+                .unwrap_or_else(|| HeaderValue::from_static("application/json")),
+            stored_at: SystemTime::now(),
+            expires: Instant::now() + self.ttl,
+            route: route.name.clone(),
+            key_id: self.key_id,
+            step,
+            provider: deployment.provider.clone(),
+            model: deployment.model.clone(),
+        };
+        self.cache.store(self.key, entry);
+    }
+}
+
+/// Whether an answer is whole and ended as answers should: never one whose finish reason
+/// is an error or a filter, nor one the gateway cannot read.
+fn complete(request: &ClientRequest, body: &[u8]) -> bool {
+    let Ok(answer) = serde_json::from_slice::<Value>(body) else {
+        return false;
+    };
+    match (request.operation, request.format) {
+        (Operation::Embeddings, _) => answer["data"].is_array(),
+        (_, ClientFormat::Anthropic) => matches!(
+            answer["stop_reason"].as_str(),
+            Some("end_turn" | "max_tokens" | "stop_sequence" | "tool_use")
+        ),
+        (_, ClientFormat::OpenAi) => answer["choices"].as_array().is_some_and(|choices| {
+            !choices.is_empty()
+                && choices.iter().all(|choice| {
+                    matches!(
+                        choice["finish_reason"].as_str(),
+                        Some("stop" | "length" | "tool_calls" | "function_call")
+                    )
+                })
+        }),
+    }
+}
+
+/// A hit's answer: the kept body, with `age`, the step that made it, and one log row with
+/// no upstream attempt.
+pub(super) fn serve_hit(
+    mut guard: RecordGuard,
+    route: &Route,
+    entry: &Entry,
+    coalesced: bool,
+) -> Response {
+    let mut response = Response::new(Body::from(entry.body.clone()));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, entry.content_type.clone());
+    let age = SystemTime::now()
+        .duration_since(entry.stored_at)
+        .unwrap_or_default()
+        .as_secs();
+    headers.insert(header::AGE, HeaderValue::from(age));
+    let status = if coalesced {
+        CacheStatus::Coalesced
+    } else {
+        CacheStatus::Hit
+    };
+    set_cache_header(&mut response, status);
+    guard.record().cache = Some(status);
+    stamp_hit(&mut response, route, entry, Outcome::Success, &mut guard);
+    guard.finish();
+    response
+}
+
+/// `x-switchyard-cache`: what the cache did.
+pub(super) fn set_cache_header(response: &mut Response, status: CacheStatus) {
+    response
+        .headers_mut()
+        .insert(CACHE, HeaderValue::from_static(status.as_str()));
+}
+
+const CACHE: axum::http::HeaderName = axum::http::HeaderName::from_static("x-switchyard-cache");
