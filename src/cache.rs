@@ -130,6 +130,17 @@ impl Cache {
         }
     }
 
+    /// The answer kept under `key`, without waiting on an identical miss in flight.
+    pub fn peek(&self, key: CacheKey) -> Option<Arc<Entry>> {
+        let entry = self.store.get(&key, Instant::now());
+        let count = match entry {
+            Some(_) => &self.counts.hits,
+            None => &self.counts.misses,
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        entry
+    }
+
     /// Keeps `entry` under `key`; false when it is larger than `max_entry_bytes`.
     pub fn store(&self, key: CacheKey, entry: Entry) -> bool {
         if entry.body.len() > self.max_entry_bytes {

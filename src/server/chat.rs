@@ -146,13 +146,31 @@ async fn serve(
         Plan::Bypass(keep) => (keep, Some(CacheStatus::Bypass)),
         Plan::Look(keep) => match state.cache.lookup(keep.key()).await {
             Lookup::Hit { entry, coalesced } => {
-                let mut response =
-                    response_cache::serve_hit(guard, &prepared.route, &entry, coalesced);
-                admission::add_rate_headers(&mut response, &rate_headers);
-                return response;
+                let body = response_cache::body_for(&prepared.request, false, &entry);
+                if let Some(body) = body {
+                    let route = &prepared.route;
+                    let mut response =
+                        response_cache::serve_hit(guard, route, &entry, body, coalesced);
+                    admission::add_rate_headers(&mut response, &rate_headers);
+                    return response;
+                }
+                (None, Some(CacheStatus::Miss))
             }
             Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss)),
         },
+        Plan::Peek(key) => {
+            let kept = state.cache.peek(key);
+            let body = kept
+                .as_ref()
+                .and_then(|entry| response_cache::body_for(&prepared.request, true, entry));
+            if let (Some(entry), Some(body)) = (kept, body) {
+                let route = &prepared.route;
+                let mut response = response_cache::serve_hit(guard, route, &entry, body, false);
+                admission::add_rate_headers(&mut response, &rate_headers);
+                return response;
+            }
+            (None, Some(CacheStatus::Miss))
+        }
     };
     guard.record().cache = cache_status;
     // Spend budgets: after the rate limits admit, before any upstream is called.

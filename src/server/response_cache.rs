@@ -1,12 +1,15 @@
 //! The response cache on the request path: whether a request may be served from the cache,
 //! the answer of a hit, and keeping a miss's answer.
 
+mod replay;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
+use bytes::Bytes;
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -27,6 +30,9 @@ pub(super) enum Plan {
     Bypass(Option<Keep>),
     /// Look the request up; on a miss, keep its answer.
     Look(Keep),
+    /// A stream: served a kept answer replayed as a stream when there is one, else it
+    /// streams from upstream at once, neither waiting on an identical miss nor kept.
+    Peek(CacheKey),
 }
 
 /// Where a miss's answer goes once it is whole.
@@ -53,13 +59,13 @@ pub(super) fn plan(
         return Plan::Off;
     };
     let (no_store, no_cache) = directives(headers);
-    // Streams are not served from the cache yet, and a Responses answer carries state of
-    // its own (its id, what `previous_response_id` reads back).
-    let cacheable = !stream
-        && matches!(
-            request.operation,
-            Operation::Chat | Operation::Completions | Operation::Embeddings
-        );
+    // A Responses answer carries state of its own (its id, what `previous_response_id`
+    // reads back); only chat answers are replayed as streams.
+    let cacheable = match request.operation {
+        Operation::Chat => true,
+        Operation::Completions | Operation::Embeddings => !stream,
+        Operation::Responses | Operation::CountTokens => false,
+    };
     if !cacheable || no_store {
         return Plan::Bypass(None);
     }
@@ -68,6 +74,13 @@ pub(super) fn plan(
     let Some(key) = cache_key(&identity, route.name.as_str(), request) else {
         return Plan::Bypass(None);
     };
+    if stream {
+        return if no_cache {
+            Plan::Bypass(None)
+        } else {
+            Plan::Peek(key)
+        };
+    }
     let keep = Keep {
         cache: cache.clone(),
         key,
@@ -168,17 +181,36 @@ fn complete(request: &ClientRequest, body: &[u8]) -> bool {
     }
 }
 
-/// A hit's answer: the kept body, with `age`, the step that made it, and one log row with
-/// no upstream attempt.
+/// A kept answer as `request` asks for it: the body as kept, or replayed as a stream in the
+/// request's format, with its content type. `None` when it cannot be replayed.
+pub(super) fn body_for(
+    request: &ClientRequest,
+    stream: bool,
+    entry: &Entry,
+) -> Option<(Bytes, HeaderValue)> {
+    if !stream {
+        return Some((entry.body.clone(), entry.content_type.clone()));
+    }
+    let answer: Value = serde_json::from_slice(&entry.body).ok()?;
+    let body = match request.format {
+        ClientFormat::OpenAi => replay::completion_stream(&answer, request.asked_stream_usage()),
+        ClientFormat::Anthropic => replay::message_stream(&answer),
+    }?;
+    Some((body, HeaderValue::from_static("text/event-stream")))
+}
+
+/// A hit's answer, `body` of `content_type` made from `entry`: with `age`, the step that
+/// made it, and one log row with no upstream attempt.
 pub(super) fn serve_hit(
     mut guard: RecordGuard,
     route: &Route,
     entry: &Entry,
+    (body, content_type): (Bytes, HeaderValue),
     coalesced: bool,
 ) -> Response {
-    let mut response = Response::new(Body::from(entry.body.clone()));
+    let mut response = Response::new(Body::from(body));
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, entry.content_type.clone());
+    headers.insert(header::CONTENT_TYPE, content_type);
     let age = SystemTime::now()
         .duration_since(entry.stored_at)
         .unwrap_or_default()

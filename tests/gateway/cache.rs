@@ -230,17 +230,66 @@ async fn no_store_neither_reads_nor_writes_and_no_cache_writes_without_reading()
 }
 
 #[tokio::test]
-async fn streams_bypass_the_cache_for_now() {
+async fn a_kept_answer_is_replayed_to_a_stream_with_its_usage() {
+    let fake = FakeUpstream::new("p")
+        .then(Behavior::ok().content("Kept words."))
+        .start()
+        .await
+        .unwrap();
+    let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
+    let (_, whole) = send(&gateway, &ask("hello"), &[]).await;
+
+    let mut body = ask("hello");
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let response = post_with(&gateway, &body, &[]).await;
+    assert_eq!(header(&response, "x-switchyard-cache"), "hit");
+    assert_eq!(header(&response, "content-type"), "text/event-stream");
+    let events = sse_data(&response.text().await.unwrap());
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(streamed_text(&events), "Kept words.");
+    let usage: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+    assert_eq!(usage["usage"], whole["usage"]);
+    assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_kept_message_is_replayed_as_messages_events() {
+    let fake = FakeUpstream::new("p")
+        .then(Behavior::ok().content("Kept words."))
+        .start()
+        .await
+        .unwrap();
+    let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
+    let whole = post_to(&gateway, "/v1/messages", &message("r", false)).await;
+    assert_eq!(header(&whole, "x-switchyard-cache"), "miss");
+    let whole: Value = whole.json().await.unwrap();
+    let streamed = post_to(&gateway, "/v1/messages", &message("r", true)).await;
+    assert_eq!(header(&streamed, "x-switchyard-cache"), "hit");
+    let events = sse_events(&streamed.text().await.unwrap());
+    assert_eq!(anthropic_text(&events), "Kept words.");
+    let (name, delta) = &events[events.len() - 2];
+    assert_eq!(name, "message_delta");
+    assert_eq!(delta["delta"]["stop_reason"], whole["stop_reason"]);
+    assert_eq!(delta["usage"], whole["usage"]);
+    assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_that_misses_goes_upstream_and_is_not_kept_yet() {
     let fake = FakeUpstream::new("p").start().await.unwrap();
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
     let mut body = ask("hello");
     body["stream"] = json!(true);
     for _ in 0..2 {
         let response = post_with(&gateway, &body, &[]).await;
-        assert_eq!(header(&response, "x-switchyard-cache"), "bypass");
+        assert_eq!(header(&response, "x-switchyard-cache"), "miss");
         response.text().await.unwrap();
     }
     assert_eq!(fake.calls(), 2);
+    let no_cache = [("cache-control", "no-cache")];
+    let response = post_with(&gateway, &body, &no_cache).await;
+    assert_eq!(header(&response, "x-switchyard-cache"), "bypass");
 }
 
 #[tokio::test]

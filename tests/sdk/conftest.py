@@ -203,6 +203,12 @@ steps = [{{ provider = "primary", model = "passthrough" }}]
 name = "vercel"
 steps = [{{ provider = "primary", model = "vercel" }}]
 
+# The response cache, on a deployment of its own: its answers are kept for an hour.
+[[routes]]
+name = "cached"
+steps = [{{ provider = "openai", model = "gpt-cached" }}]
+cache = {{ ttl = "1h", scope = "shared" }}
+
 [[routes]]
 name = "cross"
 steps = [

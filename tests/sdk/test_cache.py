@@ -1,0 +1,54 @@
+"""Answers kept by the response cache, replayed as streams to the official SDKs: the same
+content, finish reason and usage as the whole answer the first request got."""
+
+import uuid
+
+
+def ask(text):
+    return [{"role": "user", "content": text}]
+
+
+def test_openai_stream_replayed_from_a_kept_answer(openai_client, fakes):
+    fakes["kinds"]["openai"].script({"content": "Kept for later."})
+    messages = ask(f"cache me {uuid.uuid4()}")
+    raw = openai_client.chat.completions.with_raw_response.create(
+        model="cached", messages=messages
+    )
+    assert raw.headers["x-switchyard-cache"] == "miss"
+    whole = raw.parse()
+    calls = fakes["kinds"]["openai"].stats()["calls"]
+
+    raw = openai_client.chat.completions.with_raw_response.create(
+        model="cached",
+        messages=messages,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    assert raw.headers["x-switchyard-cache"] == "hit"
+    chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content == "Kept for later."
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] == whole.choices[0].finish_reason
+    usage = chunks[-1].usage
+    assert usage.prompt_tokens == whole.usage.prompt_tokens
+    assert usage.completion_tokens == whole.usage.completion_tokens
+    assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
+
+
+def test_anthropic_stream_replayed_from_a_kept_message(anthropic_client, fakes):
+    fakes["kinds"]["openai"].script({"content": "Kept for Claude's clients."})
+    messages = ask(f"cache me {uuid.uuid4()}")
+    whole = anthropic_client.messages.create(model="cached", max_tokens=64, messages=messages)
+    calls = fakes["kinds"]["openai"].stats()["calls"]
+
+    with anthropic_client.messages.stream(
+        model="cached", max_tokens=64, messages=messages
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == whole.content[0].text == "Kept for Claude's clients."
+    assert final.stop_reason == whole.stop_reason
+    assert final.usage.input_tokens == whole.usage.input_tokens
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
