@@ -5,6 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod gateway {
+    #[path = "../common/keyed.rs"]
+    mod keyed;
     pub mod process;
     pub mod services;
     pub mod support;

@@ -14,61 +14,31 @@
 #[allow(dead_code)]
 mod support;
 
+#[path = "common/keyed.rs"]
+mod keyed;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeUpstream};
 use switchyard::keys::Secret;
-use switchyard::server::{Gateway, StartOptions};
+use switchyard::server::Gateway;
 use tracing_subscriber::fmt::MakeWriter;
 
+use keyed::{keyed_config, put_key, with_admin};
 use support::*;
 
 const TOKEN: &str = "admin-token-for-the-leak-test";
 
-/// primary (keyed) → secondary (keyless), with the admin API on.
-async fn keyed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
-    let config = test_config(&format!(
-        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}{extra}",
-        primary.base_url(),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    ));
-    let options = StartOptions {
-        admin_token: Some(Secret::new(TOKEN)),
-        ..StartOptions::default()
-    };
-    Gateway::start_with(config, "127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .expect("gateway starts")
-}
-
+/// An admin call with [`TOKEN`].
 async fn admin(
     gateway: &Gateway,
     method: reqwest::Method,
     path: &str,
     body: Option<Value>,
 ) -> reqwest::Response {
-    let mut request = client()
-        .request(method, format!("{}{path}", gateway.admin_url()))
-        .bearer_auth(TOKEN);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    request.send().await.unwrap()
-}
-
-async fn put_key(gateway: &Gateway, secret: &str) {
-    let body = json!({"secret": secret, "id": "main"});
-    let response = admin(
-        gateway,
-        reqwest::Method::PUT,
-        "/admin/keys/primary",
-        Some(body),
-    )
-    .await;
-    assert_eq!(response.status(), 200);
+    admin_request(gateway, Some(TOKEN), method, path, body.as_ref()).await
 }
 
 const FIRST: &str = "sk-live-FIRSTSECRET-7f3a9c";
@@ -139,23 +109,18 @@ async fn the_secret_is_never_exposed() {
         .await
         .unwrap();
     let db = std::env::temp_dir().join(format!("switchyard-leak-{}.db", uuid::Uuid::now_v7()));
-    let gateway = keyed(
-        &primary,
-        &secondary,
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n[[providers]]\nname = \"echoer\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}",
-            db.display(),
-            echoer.base_url(),
-            route("e", &[("echoer", "model-e")], ""),
-        ),
-    )
-    .await;
+    let config = keyed_config(&primary, &secondary)
+        .with("[store]\n")
+        .set("url", format!("sqlite://{}", db.display()))
+        .provider_at("echoer", &echoer.base_url(), "")
+        .route("e", &[("echoer", "model-e")], "");
+    let gateway = with_admin(config, TOKEN).await;
     gateway
         .put_provider_key("echoer", "main", FIRST)
         .await
         .unwrap();
-    put_key(&gateway, FIRST).await;
-    put_key(&gateway, SECOND).await;
+    put_key(&gateway, TOKEN, FIRST).await;
+    put_key(&gateway, TOKEN, SECOND).await;
 
     let mut seen = String::new();
     for _ in 0..3 {

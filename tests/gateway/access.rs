@@ -11,14 +11,14 @@ use super::support::*;
 /// Route `r` = primary/model-a → secondary/model-b, and route `other` = secondary/model-c,
 /// then `extra`.
 async fn routed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
-    let config = format!(
-        "{extra}{}{}{}{}",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-        route("other", &[("secondary", "model-c")], ""),
-    );
-    gateway(&config).await
+    TestGateway::new()
+        .with(extra)
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .route("other", &[("secondary", "model-c")], "")
+        .start()
+        .await
 }
 
 async fn fakes() -> (FakeHandle, FakeHandle) {

@@ -49,13 +49,17 @@ async fn two_step_as(
     retry: &str,
     breaker: &str,
 ) -> Gateway {
-    gateway(&format!(
-        "{}{}{}{OBSERVABILITY}[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n{retry}\n[breaker]\n{breaker}\n",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    ))
-    .await
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .with(OBSERVABILITY)
+        .with("[retry]\nbackoff_base = \"10ms\"\nbackoff_max = \"50ms\"\n")
+        .with(retry)
+        .with("[breaker]\n")
+        .with(breaker)
+        .start()
+        .await
 }
 
 #[tokio::test]
@@ -145,12 +149,13 @@ async fn requests_cut_short_by_their_own_deadline_do_not_count() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}[retry]\nattempt_timeout = \"2s\"\nrequest_deadline = \"3s\"\n[breaker]\nconsecutive_failures = 5\n",
-        provider("primary", &primary),
-        route("r", &[("primary", "model-a")], ""),
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("primary", &primary)
+        .route("r", &[("primary", "model-a")], "")
+        .with("[retry]\nattempt_timeout = \"2s\"\nrequest_deadline = \"3s\"\n")
+        .with("[breaker]\nconsecutive_failures = 5\n")
+        .start()
+        .await;
     let body = chat("r");
     let responses = join_all((0..5).map(|_| post(&gateway, &body))).await;
     for response in &responses {

@@ -21,8 +21,8 @@ use super::support::*;
 const TOKEN: &str = "admin-token-for-tests";
 
 /// A gateway with the admin API on.
-async fn admin_gateway(config: &str) -> Gateway {
-    let config = test_config(config);
+async fn admin_gateway(config: &TestGateway) -> Gateway {
+    let config = config.config();
     let options = StartOptions {
         admin_token: Some(Secret::new(TOKEN)),
         ..StartOptions::default()
@@ -35,13 +35,14 @@ async fn admin_gateway(config: &str) -> Gateway {
 
 /// primary → secondary, with `breaker` as the `[breaker]` section's lines.
 async fn two_step_with(primary: &FakeHandle, secondary: &FakeHandle, breaker: &str) -> Gateway {
-    admin_gateway(&format!(
-        "{}{}{}{FAST_RETRY}\n[breaker]\n{breaker}\n",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    ))
-    .await
+    let config = TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .fast_retry()
+        .with("[breaker]\n")
+        .with(breaker);
+    admin_gateway(&config).await
 }
 
 /// `GET /admin/breakers`'s entry for `provider`.
@@ -174,13 +175,13 @@ async fn when_every_step_is_open_the_soonest_is_probed_and_recovers() {
         .start()
         .await
         .unwrap();
-    let gateway = admin_gateway(&format!(
-        "{}{}{}{FAST_RETRY}\n[breaker]\nconsecutive_failures = 2\ncooldown = \"60s\"\n",
-        provider("a", &a),
-        provider("b", &b),
-        route("r", &[("a", "m"), ("b", "m")], ""),
-    ))
-    .await;
+    let config = TestGateway::new()
+        .provider("a", &a)
+        .provider("b", &b)
+        .route("r", &[("a", "m"), ("b", "m")], "")
+        .fast_retry()
+        .with("[breaker]\nconsecutive_failures = 2\ncooldown = \"60s\"\n");
+    let gateway = admin_gateway(&config).await;
     // b opens first, then a: b's cooldown ends first though it is the later step.
     for model in ["b/m", "b/m", "a/m", "a/m"] {
         post(&gateway, &chat(model)).await;
@@ -247,13 +248,15 @@ async fn a_stream_skips_an_open_primary_too() {
 async fn weights_split_a_thousand_requests_as_configured() {
     let a = FakeUpstream::new("a").start().await.unwrap();
     let b = FakeUpstream::new("b").start().await.unwrap();
-    let gateway = admin_gateway(&format!(
-        "{}{}[[routes]]\nname = \"r\"\nsteps = [{{ deployments = [\
-         {{ provider = \"a\", model = \"big\", weight = 3 }}, {{ provider = \"b\", model = \"small\", weight = 1 }}] }}]\n",
-        provider("a", &a),
-        provider("b", &b),
-    ))
-    .await;
+    let config = TestGateway::new()
+        .provider("a", &a)
+        .provider("b", &b)
+        .with(concat!(
+            "[[routes]]\nname = \"r\"\nsteps = [{ deployments = [",
+            "{ provider = \"a\", model = \"big\", weight = 3 }, ",
+            "{ provider = \"b\", model = \"small\", weight = 1 }] }]\n",
+        ));
+    let gateway = admin_gateway(&config).await;
     let http = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
     let served: Vec<String> = futures_util::stream::iter(0..1000)
@@ -288,13 +291,15 @@ async fn latency_balance_sends_traffic_to_the_fastest() {
         .await
         .unwrap();
     let fast = FakeUpstream::new("fast").start().await.unwrap();
-    let gateway = admin_gateway(&format!(
-        "{}{}[[routes]]\nname = \"r\"\nsteps = [{{ deployments = [\
-         {{ provider = \"slow\", model = \"m\" }}, {{ provider = \"fast\", model = \"m\" }}], balance = \"latency\" }}]\n",
-        provider("slow", &slow),
-        provider("fast", &fast),
-    ))
-    .await;
+    let config = TestGateway::new()
+        .provider("slow", &slow)
+        .provider("fast", &fast)
+        .with(concat!(
+            "[[routes]]\nname = \"r\"\nsteps = [{ deployments = [",
+            "{ provider = \"slow\", model = \"m\" }, { provider = \"fast\", model = \"m\" }], ",
+            "balance = \"latency\" }]\n",
+        ));
+    let gateway = admin_gateway(&config).await;
     for _ in 0..10 {
         assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     }
@@ -399,12 +404,11 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
 #[tokio::test]
 async fn the_admin_api_is_off_without_a_token() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .start()
+        .await;
     let response = client()
         .get(format!("{}/admin/breakers", gateway.url()))
         .bearer_auth(TOKEN)

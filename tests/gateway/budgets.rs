@@ -23,14 +23,15 @@ const FIVE_WORDS: &str = "one two three four five";
 
 /// Route `r` to the fake's model `m` (priced), route `u` to its model `free-m` (unpriced),
 /// and the anonymous caller's role `default` with a daily budget of `per_day` dollars.
-fn config(fake: &FakeHandle, per_day: &str, extra: &str) -> String {
-    format!(
-        "{}{}{}[[prices]]\nprovider = \"up\"\nmodel = \"m\"\ninput_per_1m = 0.0\noutput_per_1m = 1000.0\n\
-         [[roles]]\nname = \"default\"\nbudget_per_day = {per_day}\n{OBSERVABILITY}{extra}",
-        provider("up", fake),
-        route("r", &[("up", "m")], ""),
-        route("u", &[("up", "free-m")], ""),
-    )
+fn config(fake: &FakeHandle, per_day: f64) -> TestGateway {
+    TestGateway::new()
+        .provider("up", fake)
+        .route("r", &[("up", "m")], "")
+        .route("u", &[("up", "free-m")], "")
+        .with("[[prices]]\nprovider = \"up\"\nmodel = \"m\"\ninput_per_1m = 0.0\noutput_per_1m = 1000.0\n")
+        .with("[[roles]]\nname = \"default\"\n")
+        .set("budget_per_day", per_day)
+        .with(OBSERVABILITY)
 }
 
 fn ask(model: &str, max_tokens: u64) -> Value {
@@ -82,7 +83,7 @@ async fn settled_dollars(gateway: &Gateway) -> f64 {
 async fn fifty_concurrent_requests_against_a_budget_for_twenty_admit_exactly_twenty() {
     let fake = five_word_fake().await;
     // Twenty reservations of $0.005 fit in $0.102; a twenty-first does not.
-    let gateway = gateway(&config(&fake, "0.102", "")).await;
+    let gateway = config(&fake, 0.102).start().await;
     assert_eq!(burst(&[&gateway], &ask("r", 5), 50).await, (20, 30));
     assert_eq!(fake.calls(), 20, "the refused never reached the provider");
     let settled = settled_dollars(&gateway).await;
@@ -99,7 +100,7 @@ async fn settling_returns_the_unused_part_to_the_next_requests() {
         .unwrap();
     // Each request reserves $0.010 and costs $0.002: by reservations alone two fit in
     // $0.025; settled, eight do (the eighth reserves on top of $0.014 spent).
-    let gateway = gateway(&config(&fake, "0.025", "")).await;
+    let gateway = config(&fake, 0.025).start().await;
     let mut admitted = 0;
     loop {
         let response = post(&gateway, &ask("r", 10)).await;
@@ -128,7 +129,7 @@ async fn a_stream_cut_mid_way_keeps_its_whole_reservation() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&config(&fake, "0.025", "")).await;
+    let gateway = config(&fake, 0.025).start().await;
     let mut body = ask("r", 10);
     body["stream"] = json!(true);
     let cut = post(&gateway, &body).await;
@@ -150,7 +151,7 @@ async fn a_stream_cut_mid_way_keeps_its_whole_reservation() {
 #[tokio::test]
 async fn a_whole_stream_settles_at_its_usage() {
     let fake = five_word_fake().await;
-    let gateway = gateway(&config(&fake, "0.025", "")).await;
+    let gateway = config(&fake, 0.025).start().await;
     let mut body = ask("r", 10);
     body["stream"] = json!(true);
     let stream = post(&gateway, &body).await;
@@ -165,7 +166,7 @@ async fn a_whole_stream_settles_at_its_usage() {
 async fn a_request_over_what_is_left_gets_a_402_before_any_upstream_call() {
     let fake = five_word_fake().await;
     // The first reserves $0.010 and settles at $0.005; the next $0.010 does not fit $0.014.
-    let gateway = gateway(&config(&fake, "0.014", "")).await;
+    let gateway = config(&fake, 0.014).start().await;
     assert_eq!(post(&gateway, &ask("r", 10)).await.status(), 200);
     let calls = fake.calls();
     let refused = post(&gateway, &ask("r", 10)).await;
@@ -194,7 +195,7 @@ async fn a_request_over_what_is_left_gets_a_402_before_any_upstream_call() {
 #[tokio::test]
 async fn a_request_that_could_never_fit_says_so_distinctly() {
     let fake = five_word_fake().await;
-    let gateway = gateway(&config(&fake, "0.005", "")).await;
+    let gateway = config(&fake, 0.005).start().await;
     let refused = post(&gateway, &ask("r", 6)).await;
     assert_eq!(refused.status(), 402);
     assert_eq!(header(&refused, "retry-after"), "", "waiting never helps");
@@ -208,7 +209,7 @@ async fn a_request_that_could_never_fit_says_so_distinctly() {
 #[tokio::test]
 async fn an_unpriced_model_is_refused_by_default_and_admitted_when_free() {
     let fake = five_word_fake().await;
-    let strict = gateway(&config(&fake, "1.0", "")).await;
+    let strict = config(&fake, 1.0).start().await;
     let refused = post(&strict, &ask("u", 5)).await;
     assert_eq!(refused.status(), 402);
     let body: Value = refused.json().await.unwrap();
@@ -216,7 +217,10 @@ async fn an_unpriced_model_is_refused_by_default_and_admitted_when_free() {
     assert!(error_message(&body).contains("up/free-m"));
     assert_eq!(fake.calls(), 0);
 
-    let lenient = gateway(&config(&fake, "1.0", "[budgets]\nunpriced = \"free\"\n")).await;
+    let lenient = config(&fake, 1.0)
+        .with("[budgets]\nunpriced = \"free\"\n")
+        .start()
+        .await;
     let admitted = post(&lenient, &ask("u", 5)).await;
     assert_eq!(admitted.status(), 200);
     assert_eq!(
@@ -228,7 +232,7 @@ async fn an_unpriced_model_is_refused_by_default_and_admitted_when_free() {
 #[tokio::test]
 async fn an_anthropic_client_gets_its_own_error_shape() {
     let fake = five_word_fake().await;
-    let gateway = gateway(&config(&fake, "0.1", "")).await;
+    let gateway = config(&fake, 0.1).start().await;
     // `message` asks for 256 tokens: $0.256, more than the whole budget.
     let refused = post_to(&gateway, "/v1/messages", &message("r", false)).await;
     assert_eq!(refused.status(), 402);
@@ -247,12 +251,12 @@ async fn an_anthropic_client_gets_its_own_error_shape() {
 #[tokio::test]
 async fn callers_without_a_budget_see_no_header_and_no_refusal() {
     let fake = five_word_fake().await;
-    let gateway = gateway(&format!(
-        "{}{}[[roles]]\nname = \"default\"\n",
-        provider("up", &fake),
-        route("u", &[("up", "free-m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("up", &fake)
+        .route("u", &[("up", "free-m")], "")
+        .with("[[roles]]\nname = \"default\"\n")
+        .start()
+        .await;
     let response = post(&gateway, &ask("u", 100_000)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-budget-remaining"), "");
@@ -262,7 +266,7 @@ async fn callers_without_a_budget_see_no_header_and_no_refusal() {
 #[tokio::test]
 async fn a_keys_spend_is_counted_apart_and_shown_by_key() {
     let fake = five_word_fake().await;
-    let gateway = gateway(&config(&fake, "1.0", "")).await;
+    let gateway = config(&fake, 1.0).start().await;
     let (key, id) = stored_key(&gateway, "ann", "default", None).await;
     let bearer = format!("Bearer {key}");
     let with_key = [("authorization", bearer.as_str())];
@@ -307,11 +311,12 @@ mod redis {
         format!("switchyard-test-budgets-{}", uuid::Uuid::now_v7())
     }
 
-    fn redis_limits(prefix: &str) -> String {
-        format!(
-            "[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n\
-             on_backend_error = \"closed\"\nkey_prefix = \"{prefix}\"\n"
-        )
+    /// `config`, with its limits (and so its budgets) on the real Redis under `prefix`.
+    fn on_redis(config: TestGateway, prefix: &str) -> TestGateway {
+        config
+            .with("[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n")
+            .with("on_backend_error = \"closed\"\n")
+            .set("key_prefix", prefix)
     }
 
     /// What Redis holds of the anonymous caller's spend today, in micro-dollars.
@@ -338,11 +343,11 @@ mod redis {
         }
         let fake = five_word_fake().await;
         let prefix = prefix();
-        let config = config(&fake, "0.102", &redis_limits(&prefix));
+        let config = on_redis(config(&fake, 0.102), &prefix);
         let gateways = [
-            gateway(&config).await,
-            gateway(&config).await,
-            gateway(&config).await,
+            config.start().await,
+            config.start().await,
+            config.start().await,
         ];
         let refs: Vec<&Gateway> = gateways.iter().collect();
         assert_eq!(burst(&refs, &ask("r", 5), 50).await, (20, 30));
@@ -369,8 +374,8 @@ mod redis {
             .await
             .unwrap();
         let prefix = prefix();
-        let config = config(&fake, "0.025", &redis_limits(&prefix));
-        let gateways = [gateway(&config).await, gateway(&config).await];
+        let config = on_redis(config(&fake, 0.025), &prefix);
+        let gateways = [config.start().await, config.start().await];
         let mut admitted = 0;
         while post(&gateways[admitted % 2], &ask("r", 10)).await.status() == 200 {
             admitted += 1;

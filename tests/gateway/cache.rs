@@ -229,14 +229,20 @@ async fn no_store_neither_reads_nor_writes_and_no_cache_writes_without_reading()
     assert_eq!(fake.calls(), 4);
 }
 
-#[tokio::test]
-async fn a_kept_answer_is_replayed_to_a_stream_with_its_usage() {
+/// A fake that answers `content`, behind route `r`, which caches.
+async fn answering(content: &str) -> (FakeHandle, Gateway) {
     let fake = FakeUpstream::new("p")
-        .then(Behavior::ok().content("Kept words."))
+        .then(Behavior::ok().content(content))
         .start()
         .await
         .unwrap();
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
+    (fake, gateway)
+}
+
+#[tokio::test]
+async fn a_kept_answer_is_replayed_to_a_stream_with_its_usage() {
+    let (fake, gateway) = answering("Kept words.").await;
     let (_, whole) = send(&gateway, &ask("hello"), &[]).await;
 
     let mut body = ask("hello");
@@ -255,12 +261,7 @@ async fn a_kept_answer_is_replayed_to_a_stream_with_its_usage() {
 
 #[tokio::test]
 async fn a_kept_message_is_replayed_as_messages_events() {
-    let fake = FakeUpstream::new("p")
-        .then(Behavior::ok().content("Kept words."))
-        .start()
-        .await
-        .unwrap();
-    let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
+    let (fake, gateway) = answering("Kept words.").await;
     let whole = post_to(&gateway, "/v1/messages", &message("r", false)).await;
     assert_eq!(header(&whole, "x-switchyard-cache"), "miss");
     let whole: Value = whole.json().await.unwrap();

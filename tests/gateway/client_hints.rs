@@ -2,19 +2,38 @@
 //! it, `retry-after-ms` beside every `retry-after` of a 429, and `x-should-retry: false` once
 //! the chain has already spent the request's retries.
 
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 
 use super::support::*;
+
+/// Route `r` to `up`.
+fn to_up(up: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("up", up)
+        .route("r", &[("up", "m")], "")
+}
+
+/// Route `r` to `down`, with quick retries and `extra` lines for the route.
+fn to_down(down: &FakeHandle, extra: &str) -> TestGateway {
+    TestGateway::new()
+        .provider("down", down)
+        .route("r", &[("down", "m")], extra)
+        .fast_retry()
+}
+
+/// Route `r` over two steps of `(name, fake)`, with one attempt a step.
+fn one_attempt_each(first: (&str, &FakeHandle), second: (&str, &FakeHandle)) -> TestGateway {
+    TestGateway::new()
+        .provider(first.0, first.1)
+        .provider(second.0, second.1)
+        .route("r", &[(first.0, "m"), (second.0, "m")], "")
+        .with("[retry]\nattempts_per_step = 1\n")
+}
 
 #[tokio::test]
 async fn the_request_id_is_also_x_request_id_on_answers_and_refusals() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = to_up(&up).start().await;
     for (model, status) in [("r", 200), ("no-such-route", 404)] {
         let response = post(&gateway, &chat(model)).await;
         assert_eq!(response.status(), status);
@@ -27,12 +46,10 @@ async fn the_request_id_is_also_x_request_id_on_answers_and_refusals() {
 #[tokio::test]
 async fn a_429_from_the_limits_carries_retry_after_ms_too() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "[[roles]]\nname = \"default\"\nrequests_per_minute = 1\nwindow = \"sliding\"\n{}{}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = to_up(&up)
+        .with("[[roles]]\nname = \"default\"\nrequests_per_minute = 1\nwindow = \"sliding\"\n")
+        .start()
+        .await;
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     let refused = post(&gateway, &chat("r")).await;
     assert_eq!(refused.status(), 429);
@@ -52,12 +69,7 @@ async fn an_exhausted_chain_tells_sdks_not_to_retry() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{FAST_RETRY}",
-        provider("down", &down),
-        route("r", &[("down", "m")], "")
-    ))
-    .await;
+    let gateway = to_down(&down, "").start().await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 503);
     assert_eq!(header(&response, "x-should-retry"), "false");
@@ -70,12 +82,9 @@ async fn the_degraded_answer_has_the_fields_openais_schema_requires() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{FAST_RETRY}",
-        provider("down", &down),
-        route("r", &[("down", "m")], "degraded = { content = \"later\" }")
-    ))
-    .await;
+    let gateway = to_down(&down, "degraded = { content = \"later\" }")
+        .start()
+        .await;
     let body: serde_json::Value = post(&gateway, &chat("r")).await.json().await.unwrap();
     let message = &body["choices"][0]["message"];
     assert_eq!(message["content"], "later");
@@ -99,12 +108,7 @@ async fn a_404_under_an_anthropic_path_is_in_anthropics_shape() {
 #[tokio::test]
 async fn one_model_can_be_retrieved_by_its_id() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = to_up(&up).start().await;
     for id in ["r", "up/m"] {
         let response = client()
             .get(format!("{}/v1/models/{id}", gateway.url()))
@@ -138,13 +142,9 @@ async fn rate_limited_at_every_step_is_a_429_with_the_soonest_retry() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{}[retry]\nattempts_per_step = 1\n",
-        provider("slow", &slow),
-        provider("soon", &soon),
-        route("r", &[("slow", "m"), ("soon", "m")], "")
-    ))
-    .await;
+    let gateway = one_attempt_each(("slow", &slow), ("soon", &soon))
+        .start()
+        .await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 429);
     assert_eq!(header(&response, "retry-after"), "7");
@@ -159,12 +159,8 @@ async fn rate_limited_at_every_step_is_a_429_with_the_soonest_retry() {
         .start()
         .await
         .unwrap();
-    let mixed = super::support::gateway(&format!(
-        "{}{}{}[retry]\nattempts_per_step = 1\n",
-        provider("soon", &soon),
-        provider("broken", &broken),
-        route("r", &[("soon", "m"), ("broken", "m")], "")
-    ))
-    .await;
+    let mixed = one_attempt_each(("soon", &soon), ("broken", &broken))
+        .start()
+        .await;
     assert_eq!(post(&mixed, &chat("r")).await.status(), 503);
 }

@@ -27,13 +27,21 @@ pub(super) fn env() -> [(&'static str, &'static str); 2] {
     ]
 }
 
-/// One instance's config: the shared store, and route `r` to the fake.
+/// What every instance's config starts with: `[auth] required = auth` and the shared store.
+pub(super) fn member(db: &TestDb, auth: bool) -> TestGateway {
+    TestGateway::new()
+        .with("[auth]\n")
+        .set("required", auth)
+        .with("[store]\n")
+        .set("url", db.url())
+}
+
+/// One instance's config: the shared store, `upstream` (provider `up`), and route `r` to it.
 pub(super) fn config(db: &TestDb, upstream: &str, auth: bool) -> String {
-    format!(
-        "[auth]\nrequired = {auth}\n[store]\nurl = \"{}\"\n{upstream}{}",
-        db.url(),
-        route("r", &[("up", "m")], "")
-    )
+    member(db, auth)
+        .with(upstream)
+        .route("r", &[("up", "m")], "")
+        .raw_text()
 }
 
 /// `count` instances started at the same moment on `config`.
@@ -212,11 +220,10 @@ async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_s
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let upstream = format!(
-        "[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\n",
-        fake.base_url()
-    );
-    let gateways = instances(&config(&db, &upstream, false), 3);
+    let config = member(&db, false)
+        .provider_at("up", &fake.base_url(), "")
+        .route("r", &[("up", "m")], "");
+    let gateways = instances(&config.raw_text(), 3);
     put_key(&gateways[0], "sk-old-0000").await;
     let deadline = Instant::now() + PROPAGATION;
     for gateway in &gateways {
@@ -244,9 +251,13 @@ async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_s
 fn check_and_serve_refuse_a_sslmode_they_do_not_know_and_name_a_store_they_cannot_reach() {
     let path = std::env::temp_dir().join(format!("switchyard-tls-{}.toml", uuid::Uuid::now_v7()));
     let config = |query: &str| {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"postgres://sy:s3cret@127.0.0.1:1/db?{query}\"\n"
-        )
+        TestGateway::new()
+            .with("[server]\nlisten = \"127.0.0.1:0\"\n[store]\n")
+            .set(
+                "url",
+                format!("postgres://sy:s3cret@127.0.0.1:1/db?{query}"),
+            )
+            .raw_text()
     };
     let run = |command: &str| {
         let output = std::process::Command::new(BIN)

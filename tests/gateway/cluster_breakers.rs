@@ -24,17 +24,20 @@ const METRICS_TOKEN: &str = "cluster-metrics-token";
 const COOLDOWN: &str = "4s";
 
 /// The sections every member shares: route `r` = primary → secondary, a breaker that opens
-/// after three failures from anyone, and a [`COOLDOWN`].
-fn member_config(primary: &str, secondary: &FakeHandle, redis_url: &str, prefix: &str) -> String {
-    format!(
-        "[admin]\nmetrics_token = \"{METRICS_TOKEN}\"\n\
-         [cluster]\nredis_url = \"{redis_url}\"\nkey_prefix = \"{prefix}\"\n\
-         [breaker]\nconsecutive_failures = 3\nmin_callers = 1\ncooldown = \"{COOLDOWN}\"\ncooldown_min = \"{COOLDOWN}\"\n\
-         [retry]\nattempts_per_step = 1\nattempt_timeout = \"20s\"\nrequest_deadline = \"30s\"\n\
-         {primary}{}{}",
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    )
+/// after three failures from anyone, and a [`COOLDOWN`]. The caller adds provider `primary`.
+fn member_config(secondary: &FakeHandle, redis_url: &str, prefix: &str) -> TestGateway {
+    TestGateway::new()
+        .with("[admin]\n")
+        .set("metrics_token", METRICS_TOKEN)
+        .with("[cluster]\n")
+        .set("redis_url", redis_url)
+        .set("key_prefix", prefix)
+        .with("[breaker]\nconsecutive_failures = 3\nmin_callers = 1\n")
+        .set("cooldown", COOLDOWN)
+        .set("cooldown_min", COOLDOWN)
+        .with("[retry]\nattempts_per_step = 1\nattempt_timeout = \"20s\"\nrequest_deadline = \"30s\"\n")
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
 }
 
 fn unique_prefix(test: &str) -> String {
@@ -111,12 +114,9 @@ async fn three_processes_open_together_send_one_probe_and_close_together() {
     let primary = Primary::start(Mode::Fail).await;
     let secondary = secondary().await;
     let prefix = unique_prefix("three");
-    let rest = member_config(
-        &primary.provider(),
-        &secondary,
-        "redis://127.0.0.1:6379",
-        &prefix,
-    );
+    let rest = member_config(&secondary, "redis://127.0.0.1:6379", &prefix)
+        .provider_at("primary", &primary.base_url(), "key_required = false")
+        .raw_text();
     let members: Vec<Spawned> = (0..3).map(|_| Spawned::start("", &rest, None)).collect();
     let urls: Vec<String> = members.iter().map(Spawned::url).collect();
     for url in &urls {
@@ -225,9 +225,9 @@ async fn pair(
     redis_url: &str,
     prefix: &str,
 ) -> (switchyard::server::Gateway, switchyard::server::Gateway) {
-    let rest = member_config(&provider("primary", primary), secondary, redis_url, prefix);
-    let one = gateway(&rest).await;
-    let two = gateway(&rest).await;
+    let rest = member_config(secondary, redis_url, prefix).provider("primary", primary);
+    let one = rest.start().await;
+    let two = rest.start().await;
     for g in [&one, &two] {
         assert!(within(Duration::from_secs(10), || async { shared(&g.url()).await }).await);
     }
@@ -276,13 +276,9 @@ async fn an_instance_that_joins_later_reads_the_open_breakers() {
     }
     let (primary, secondary) = (failing_primary().await, secondary().await);
     let prefix = unique_prefix("late");
-    let rest = member_config(
-        &provider("primary", &primary),
-        &secondary,
-        "redis://127.0.0.1:6379",
-        &prefix,
-    );
-    let early = gateway(&rest).await;
+    let rest =
+        member_config(&secondary, "redis://127.0.0.1:6379", &prefix).provider("primary", &primary);
+    let early = rest.start().await;
     assert!(
         within(Duration::from_secs(10), || async {
             shared(&early.url()).await
@@ -293,7 +289,7 @@ async fn an_instance_that_joins_later_reads_the_open_breakers() {
         ask(&early.url()).await;
     }
     let calls = primary.calls();
-    let late = gateway(&rest).await;
+    let late = rest.start().await;
     let open = within(Duration::from_secs(10), || async {
         shared(&late.url()).await && primary_state(&late.url()).await == Some(2)
     })

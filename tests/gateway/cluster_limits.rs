@@ -12,7 +12,7 @@ use switchyard::fake::{FakeHandle, FakeUpstream};
 use switchyard::store::postgres::testdb::TestDb;
 use tokio::time::Instant;
 
-use super::cluster::{cli, env};
+use super::cluster::{cli, env, member};
 use super::logqueue::{QUIET, Spawned};
 use super::services::redis_reachable;
 use super::support::*;
@@ -21,15 +21,15 @@ use super::support::*;
 /// requests over the last 60 s (a sliding window, so no calendar minute's end can reset it
 /// mid-test), role `free` without limits, and route `r` to the fake.
 fn cluster_config(db: &TestDb, fake: &FakeHandle, prefix: &str, per_minute: usize) -> String {
-    format!(
-        "[auth]\nrequired = true\n[store]\nurl = \"{}\"\n\
-         [limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\nkey_prefix = \"{prefix}\"\n\
-         [[roles]]\nname = \"limited\"\nrequests_per_minute = {per_minute}\nwindow = \"sliding\"\n\
-         [[roles]]\nname = \"free\"\n{}{}",
-        db.url(),
-        provider("up", fake),
-        route("r", &[("up", "m")], "")
-    )
+    member(db, true)
+        .with("[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n")
+        .set("key_prefix", prefix)
+        .with("[[roles]]\nname = \"limited\"\n")
+        .set("requests_per_minute", per_minute as i64)
+        .with("window = \"sliding\"\n[[roles]]\nname = \"free\"\n")
+        .provider("up", fake)
+        .route("r", &[("up", "m")], "")
+        .raw_text()
 }
 
 /// Services there, a database made: what each test needs before it starts anything.

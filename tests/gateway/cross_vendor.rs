@@ -13,13 +13,13 @@ async fn chain(
     primary: &FakeHandle,
     secondary: &FakeHandle,
 ) -> switchyard::server::Gateway {
-    let config = format!(
-        "{}{}{}{FAST_RETRY}",
-        provider_of(kind, "primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    );
-    gateway(&config).await
+    TestGateway::new()
+        .provider_of(kind, "primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .fast_retry()
+        .start()
+        .await
 }
 
 async fn fakes(primary: Behavior) -> (FakeHandle, FakeHandle) {
@@ -182,12 +182,13 @@ async fn an_untranslatable_field_is_a_400_naming_it() {
 #[tokio::test]
 async fn anthropic_keys_go_in_x_api_key() {
     let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let config = format!(
-        "[[providers]]\nname = \"claude\"\nkind = \"anthropic\"\nbase_url = \"{}\"\nanthropic_version = \"2023-06-01\"\ndefault_max_tokens = 64\n{}",
-        primary.root_url(),
-        route("r", &[("claude", "claude-x")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .with("[[providers]]\nname = \"claude\"\nkind = \"anthropic\"\n")
+        .set("base_url", primary.root_url())
+        .with("anthropic_version = \"2023-06-01\"\ndefault_max_tokens = 64\n")
+        .route("r", &[("claude", "claude-x")], "")
+        .start()
+        .await;
     gateway
         .put_provider_key("claude", "k", "sk-ant-test")
         .await
@@ -282,12 +283,13 @@ async fn gemini_failures_are_classified_like_any_provider() {
 #[tokio::test]
 async fn azure_gets_deployment_urls_and_the_api_key_header() {
     let primary = FakeUpstream::new("azure").start().await.unwrap();
-    let config = format!(
-        "[[providers]]\nname = \"az\"\nkind = \"azure\"\nbase_url = \"{}\"\napi_version = \"2024-10-21\"\n{}",
-        primary.root_url(),
-        route("r", &[("az", "gpt-4o-prod")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .with("[[providers]]\nname = \"az\"\nkind = \"azure\"\n")
+        .set("base_url", primary.root_url())
+        .with("api_version = \"2024-10-21\"\n")
+        .route("r", &[("az", "gpt-4o-prod")], "")
+        .start()
+        .await;
     gateway
         .put_provider_key("az", "k", "azure-key")
         .await

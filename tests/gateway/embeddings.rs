@@ -8,12 +8,11 @@ use super::support::*;
 #[tokio::test]
 async fn openai_family_embeddings_pass_through_with_the_model_rewritten() {
     let fake = FakeUpstream::new("emb").start().await.unwrap();
-    let config = format!(
-        "{}{}",
-        provider("emb", &fake),
-        route("vectors", &[("emb", "text-embedding-3-small")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .provider("emb", &fake)
+        .route("vectors", &[("emb", "text-embedding-3-small")], "")
+        .start()
+        .await;
     let request = json!({"model": "vectors", "input": ["a", "bb"], "encoding_format": "float"});
     let response = post_to(&gateway, "/v1/embeddings", &request).await;
     assert_eq!(response.status(), 200);
@@ -34,17 +33,17 @@ async fn gemini_embeddings_are_translated_and_fall_back_like_chat() {
         .await
         .unwrap();
     let gemini = FakeUpstream::new("gemini").start().await.unwrap();
-    let config = format!(
-        "{}{}{}{FAST_RETRY}",
-        provider("broken", &broken),
-        provider_of("gemini", "gemini", &gemini),
-        route(
+    let gateway = TestGateway::new()
+        .provider("broken", &broken)
+        .provider_of("gemini", "gemini", &gemini)
+        .route(
             "vectors",
             &[("broken", "m"), ("gemini", "gemini-embedding-001")],
-            ""
+            "",
         )
-    );
-    let gateway = gateway(&config).await;
+        .fast_retry()
+        .start()
+        .await;
     let request = json!({"model": "vectors", "input": "hello", "dimensions": 3});
     let response = post_to(&gateway, "/v1/embeddings", &request).await;
     assert_eq!(header(&response, "x-switchyard-step"), "1");
@@ -77,12 +76,11 @@ async fn gemini_embeddings_are_translated_and_fall_back_like_chat() {
 #[tokio::test]
 async fn an_anthropic_step_cannot_embed_and_bad_input_is_a_400() {
     let fake = FakeUpstream::new("claude").start().await.unwrap();
-    let config = format!(
-        "{}{}",
-        provider_of("anthropic", "claude", &fake),
-        route("vectors", &[("claude", "claude-x")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .provider_of("anthropic", "claude", &fake)
+        .route("vectors", &[("claude", "claude-x")], "")
+        .start()
+        .await;
     let response = post_to(
         &gateway,
         "/v1/embeddings",

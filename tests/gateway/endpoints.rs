@@ -39,6 +39,20 @@ async fn post_headers(
     request.send().await.expect("gateway answers")
 }
 
+/// Route `r` to model `claude-x` of `claude`, an Anthropic provider.
+fn to_claude(claude: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider_of("anthropic", "claude", claude)
+        .route("r", &[("claude", "claude-x")], "")
+}
+
+/// Route `route` to `model` of `up`, an OpenAI provider.
+fn to_up(up: &FakeHandle, route: &str, model: &str) -> TestGateway {
+    TestGateway::new()
+        .provider("up", up)
+        .route(route, &[("up", model)], "")
+}
+
 fn count_request(model: &str) -> Value {
     json!({"model": model, "messages": [{"role": "user", "content": "Hello, Claude"}]})
 }
@@ -46,12 +60,7 @@ fn count_request(model: &str) -> Value {
 #[tokio::test]
 async fn count_tokens_is_passed_to_the_anthropic_step_with_its_betas() {
     let claude = fake("claude", Behavior::ok()).await;
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider_of("anthropic", "claude", &claude),
-        route("r", &[("claude", "claude-x")], "")
-    ))
-    .await;
+    let gateway = to_claude(&claude).start().await;
     let beta = "token-counting-2024-11-01";
     let response = post_headers(
         &gateway,
@@ -78,12 +87,7 @@ async fn count_tokens_is_passed_to_the_anthropic_step_with_its_betas() {
 #[tokio::test]
 async fn count_tokens_on_a_route_whose_first_step_is_not_anthropic_is_a_400() {
     let up = fake("up", Behavior::ok()).await;
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &up),
-        route("r", &[("up", "gpt-x")], "")
-    ))
-    .await;
+    let gateway = to_up(&up, "r", "gpt-x").start().await;
     let response = post_to(&gateway, "/v1/messages/count_tokens", &count_request("r")).await;
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.unwrap();
@@ -97,12 +101,7 @@ async fn count_tokens_on_a_route_whose_first_step_is_not_anthropic_is_a_400() {
 #[tokio::test]
 async fn models_answer_in_anthropics_shape_to_anthropic_clients() {
     let up = fake("up", Behavior::ok()).await;
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &up),
-        route("smart", &[("up", "gpt-x")], "")
-    ))
-    .await;
+    let gateway = to_up(&up, "smart", "gpt-x").start().await;
     let version = [("anthropic-version", "2023-06-01")];
     let list: Value = get_with(&gateway, "/v1/models", &version)
         .await
@@ -161,13 +160,13 @@ async fn legacy_completions_pass_through_to_openai_steps_with_fallback() {
         .await
         .unwrap();
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{}{FAST_RETRY}",
-        provider("down", &down),
-        provider("up", &up),
-        route("r", &[("down", "m0"), ("up", "gpt-3.5-turbo-instruct")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("down", &down)
+        .provider("up", &up)
+        .route("r", &[("down", "m0"), ("up", "gpt-3.5-turbo-instruct")], "")
+        .fast_retry()
+        .start()
+        .await;
     let response = post_to(&gateway, "/v1/completions", &completion_request("r", false)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");
@@ -197,12 +196,7 @@ async fn legacy_completions_pass_through_to_openai_steps_with_fallback() {
 #[tokio::test]
 async fn legacy_completions_are_refused_for_other_kinds() {
     let claude = fake("claude", Behavior::ok()).await;
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider_of("anthropic", "claude", &claude),
-        route("r", &[("claude", "claude-x")], "")
-    ))
-    .await;
+    let gateway = to_claude(&claude).start().await;
     let response = post_to(&gateway, "/v1/completions", &completion_request("r", false)).await;
     assert_eq!(response.status(), 400);
     let message = error_message(&response.json().await.unwrap());
@@ -227,14 +221,11 @@ async fn the_upstreams_request_id_comes_back_on_answers_and_errors() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{}{}",
-        provider("up", &up),
-        provider_of("anthropic", "claude", &claude),
-        route("r", &[("up", "m")], ""),
-        route("c", &[("claude", "claude-x")], ""),
-    ))
-    .await;
+    let gateway = to_up(&up, "r", "m")
+        .provider_of("anthropic", "claude", &claude)
+        .route("c", &[("claude", "claude-x")], "")
+        .start()
+        .await;
     let upstream_id = "x-switchyard-upstream-request-id";
     let json = post(&gateway, &chat("r")).await;
     assert_eq!(header(&json, upstream_id), "req_openai_1");
@@ -256,12 +247,7 @@ async fn the_upstreams_request_id_comes_back_on_answers_and_errors() {
 #[tokio::test]
 async fn other_methods_on_the_client_apis_paths_are_a_405() {
     let up = fake("up", Behavior::ok()).await;
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = to_up(&up, "r", "m").start().await;
     for path in [
         "/v1/chat/completions",
         "/v1/messages",

@@ -3,10 +3,40 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::router::FailureClass;
 
 use super::support::*;
+
+/// The route's degraded tier.
+const BACK_SOON: &str = "degraded = { content = \"Back soon.\" }";
+
+/// Route `r` = primary → secondary at `models`, `extra` lines for the route, quick retries.
+fn chain(
+    primary: &FakeHandle,
+    secondary: &FakeHandle,
+    models: [&str; 2],
+    extra: &str,
+) -> TestGateway {
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route(
+            "r",
+            &[("primary", models[0]), ("secondary", models[1])],
+            extra,
+        )
+        .fast_retry()
+}
+
+/// Like [`chain`], but the primary needs a key, which the test puts in.
+fn keyed_chain(primary: &FakeHandle, secondary: &FakeHandle, models: [&str; 2]) -> TestGateway {
+    TestGateway::new()
+        .provider_at("primary", &primary.base_url(), "")
+        .provider("secondary", secondary)
+        .route("r", &[("primary", models[0]), ("secondary", models[1])], "")
+        .fast_retry()
+}
 
 /// Runs one request through primary → secondary with the primary scripted as `behavior`.
 async fn primary_answers(behavior: Behavior) -> (reqwest::Response, usize, usize) {
@@ -103,18 +133,15 @@ async fn a_malformed_success_moves_to_the_next_step() {
 
 #[tokio::test]
 async fn a_refused_connection_moves_to_the_next_step() {
-    // Bind, learn the port, and close it again: nothing listens there.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = format!(
-        "[[providers]]\nname = \"dead\"\nkind = \"openai\"\nbase_url = \"http://{closed}/v1\"\nkey_required = false\n{}{}{FAST_RETRY}",
-        provider("secondary", &secondary),
-        route("r", &[("dead", "m"), ("secondary", "m")], ""),
-    );
-    let gateway = gateway(&config).await;
+    // Nothing listens on the dead provider's port.
+    let gateway = TestGateway::new()
+        .dead_provider("dead")
+        .provider("secondary", &secondary)
+        .route("r", &[("dead", "m"), ("secondary", "m")], "")
+        .fast_retry()
+        .start()
+        .await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(header(&response, "x-switchyard-step"), "1");
     let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
@@ -146,13 +173,7 @@ async fn a_401_benches_the_key_and_tries_the_next_one() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = format!(
-        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}",
-        primary.base_url(),
-        provider("secondary", &secondary),
-        route("r", &[("primary", "m"), ("secondary", "m")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = keyed_chain(&primary, &secondary, ["m", "m"]).start().await;
     // Keys load in id order, and equal weights start with the first: the revoked one.
     gateway
         .put_provider_key("primary", "k1-revoked", "sk-revoked-0001")
@@ -194,13 +215,7 @@ async fn a_403_on_the_only_key_moves_to_the_next_step_and_benches_it() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = format!(
-        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}",
-        primary.base_url(),
-        provider("secondary", &secondary),
-        route("r", &[("primary", "m"), ("secondary", "m")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = keyed_chain(&primary, &secondary, ["m", "m"]).start().await;
     gateway
         .put_provider_key("primary", "only", "sk-only-0003")
         .await
@@ -232,13 +247,9 @@ async fn context_length_falls_back_only_when_the_route_says_so() {
             .unwrap();
         let secondary = FakeUpstream::new("secondary").start().await.unwrap();
         let extra = format!("fallback_on_context_length = {allowed}");
-        let config = format!(
-            "{}{}{}{FAST_RETRY}",
-            provider("primary", &primary),
-            provider("secondary", &secondary),
-            route("r", &[("primary", "m"), ("secondary", "m")], &extra),
-        );
-        let gateway = gateway(&config).await;
+        let gateway = chain(&primary, &secondary, ["m", "m"], &extra)
+            .start()
+            .await;
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(response.status(), expected_status);
         assert_eq!(secondary.calls(), expected_secondary);
@@ -279,13 +290,9 @@ async fn exhaustion_without_a_degraded_tier_is_a_503_naming_each_failure() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}",
-        primary.base_url(),
-        provider("secondary", &secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = keyed_chain(&primary, &secondary, ["model-a", "model-b"])
+        .start()
+        .await;
     gateway
         .put_provider_key("primary", "k", "sk-must-not-leak-9876")
         .await
@@ -314,17 +321,9 @@ async fn exhaustion_with_a_degraded_tier_serves_the_canned_answer() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "{}{}{}{FAST_RETRY}",
-        provider("primary", &primary),
-        provider("secondary", &secondary),
-        route(
-            "r",
-            &[("primary", "m"), ("secondary", "m")],
-            "degraded = { content = \"Back soon.\" }"
-        ),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = chain(&primary, &secondary, ["m", "m"], BACK_SOON)
+        .start()
+        .await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-outcome"), "degraded");
@@ -355,17 +354,9 @@ async fn the_seeds_accident_a_wrong_fallback_model_ends_in_the_degraded_tier() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "{}{}{}{FAST_RETRY}",
-        provider("primary", &primary),
-        provider("secondary", &secondary),
-        route(
-            "r",
-            &[("primary", "m"), ("secondary", "gpt-4o-typo")],
-            "degraded = { content = \"Back soon.\" }"
-        ),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = chain(&primary, &secondary, ["m", "gpt-4o-typo"], BACK_SOON)
+        .start()
+        .await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-outcome"), "degraded");

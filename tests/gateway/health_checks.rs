@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use switchyard::fake::{Behavior, FakeUpstream, Script, ScriptMode};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream, Script, ScriptMode};
 use switchyard::server::Gateway;
 use switchyard::telemetry::{Outcome, RequestRecord};
 
@@ -31,6 +31,15 @@ async fn next_check(gateway: &Gateway, seen: usize) -> RequestRecord {
         .expect("a health check is logged")
 }
 
+/// Route `r` = primary (checked every second) → secondary.
+fn checked(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("primary", primary)
+        .with("health_check = { every = \"1s\" }\n")
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+}
+
 fn always(behavior: Behavior) -> Script {
     Script {
         behaviors: vec![behavior],
@@ -47,15 +56,14 @@ async fn while_open_only_health_checks_probe_and_a_passing_one_gives_the_traffic
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     // A cooldown of 100 ms: without active checks, a user's request would be the probe after it.
-    let config = format!(
-        "{}health_check = {{ every = \"1s\" }}\n{}{}\
-         [breaker]\nconsecutive_failures = 2\nmin_callers = 1\ncooldown_min = \"100ms\"\ncooldown = \"100ms\"\n\
-         {OBSERVABILITY}",
-        provider("primary", &primary),
-        provider("secondary", &secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = checked(&primary, &secondary)
+        .with(concat!(
+            "[breaker]\nconsecutive_failures = 2\nmin_callers = 1\n",
+            "cooldown_min = \"100ms\"\ncooldown = \"100ms\"\n",
+        ))
+        .with(OBSERVABILITY)
+        .start()
+        .await;
     for _ in 0..2 {
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");
@@ -130,10 +138,10 @@ async fn while_open_only_health_checks_probe_and_a_passing_one_gives_the_traffic
 #[tokio::test]
 async fn a_check_more_often_than_every_second_is_refused_by_name() {
     let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let text = format!(
-        "{}health_check = {{ every = \"100ms\" }}\n",
-        provider("primary", &primary)
-    );
+    let text = TestGateway::new()
+        .provider("primary", &primary)
+        .with("health_check = { every = \"100ms\" }\n")
+        .raw_text();
     let error = switchyard::config::Config::parse(&text)
         .unwrap_err()
         .to_string();
@@ -151,15 +159,11 @@ async fn a_check_in_flight_does_not_hold_the_shutdown() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = format!(
-        "{}health_check = {{ every = \"1s\" }}\n{}{}\
-         [breaker]\nconsecutive_failures = 2\nmin_callers = 1\n\
-         [retry]\nattempt_timeout = \"300s\"\nrequest_deadline = \"600s\"\n",
-        provider("primary", &primary),
-        provider("secondary", &secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = checked(&primary, &secondary)
+        .with("[breaker]\nconsecutive_failures = 2\nmin_callers = 1\n")
+        .with("[retry]\nattempt_timeout = \"300s\"\nrequest_deadline = \"600s\"\n")
+        .start()
+        .await;
     for _ in 0..2 {
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");

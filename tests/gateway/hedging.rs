@@ -16,17 +16,18 @@ async fn hedged(
     hedge: &str,
     extra: &str,
 ) -> switchyard::server::Gateway {
-    let config = format!(
-        "{}{}{}{OBSERVABILITY}{extra}",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route(
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route(
             "r",
             &[("primary", "model-a"), ("secondary", "model-b")],
-            &format!("hedge = {hedge}")
-        ),
-    );
-    gateway(&config).await
+            &format!("hedge = {hedge}"),
+        )
+        .with(OBSERVABILITY)
+        .with(extra)
+        .start()
+        .await
 }
 
 /// Resolves once `fake` has seen a client go away before its answer was written; a bound

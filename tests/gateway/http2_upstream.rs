@@ -11,18 +11,18 @@ use switchyard::server::Gateway;
 use super::support::*;
 
 /// One serving thread, so the gateway's connections to the fake come from one pool.
-fn config(fake: &FakeHandle, http2: bool) -> String {
-    format!(
-        "[server]\nthreads = 1\n[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\nkey_required = false\nhttp2 = {http2}\n{}",
-        fake.base_url(),
-        route("r", &[("up", "m")], "")
-    )
+fn config(fake: &FakeHandle, http2: bool) -> TestGateway {
+    TestGateway::new()
+        .with("[server]\nthreads = 1\n")
+        .provider_at("up", &fake.base_url(), "key_required = false")
+        .set("http2", http2)
+        .route("r", &[("up", "m")], "")
 }
 
 #[tokio::test]
 async fn a_provider_with_http2_is_sent_json_and_streams_over_http2() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&config(&fake, true)).await;
+    let gateway = config(&fake, true).start().await;
 
     let answer = post(&gateway, &chat("r")).await;
     assert_eq!(answer.status(), 200);
@@ -52,7 +52,7 @@ async fn a_provider_with_http2_is_sent_json_and_streams_over_http2() {
 #[tokio::test]
 async fn a_provider_without_it_is_sent_http1() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&config(&fake, false)).await;
+    let gateway = config(&fake, false).start().await;
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     assert_eq!(fake.requests()[0].version, "HTTP/1.1");
 }
@@ -65,7 +65,7 @@ async fn stalling(fake: FakeUpstream) -> (FakeHandle, Gateway, reqwest::Client, 
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&config(&fake, true)).await;
+    let gateway = config(&fake, true).start().await;
     let url = format!("{}/v1/chat/completions", gateway.url());
     (fake, gateway, client(), url)
 }
@@ -108,19 +108,13 @@ async fn streams_share_connections_a_hundred_each_and_give_their_place_back() {
 }
 
 /// Two providers on one fake: the same origin, so the same HTTP/2 connection.
-fn two_providers(fake: &FakeHandle) -> String {
-    let provider = |name: &str| {
-        format!(
-            "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{}\"\nkey_required = false\nhttp2 = true\n",
-            fake.base_url()
-        )
-    };
-    format!(
-        "[server]\nthreads = 1\n{}{}{}",
-        provider("primary"),
-        provider("secondary"),
-        route("r", &[("primary", "a"), ("secondary", "b")], "")
-    )
+fn two_providers(fake: &FakeHandle) -> TestGateway {
+    let over_http2 = "key_required = false\nhttp2 = true";
+    TestGateway::new()
+        .with("[server]\nthreads = 1\n")
+        .provider_at("primary", &fake.base_url(), over_http2)
+        .provider_at("secondary", &fake.base_url(), over_http2)
+        .route("r", &[("primary", "a"), ("secondary", "b")], "")
 }
 
 #[tokio::test]
@@ -131,7 +125,7 @@ async fn a_reset_stream_fails_over_and_its_connection_serves_on() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&two_providers(&fake)).await;
+    let gateway = two_providers(&fake).start().await;
 
     let answer = post(&gateway, &chat("r")).await;
     assert_eq!(answer.status(), 200);

@@ -11,7 +11,7 @@ use switchyard::server::{Gateway, StartOptions};
 use switchyard::store::postgres::testdb::TestDb;
 
 use super::support::*;
-use super::virtual_keys::{TOKEN, admin, config_text, create, start, started};
+use super::virtual_keys::{TOKEN, admin, create, keyed_config, start, started};
 
 /// Any 32 bytes, base64: a store on PostgreSQL needs a master key to start on.
 const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -140,13 +140,12 @@ async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let dir = std::env::temp_dir().join(format!("switchyard-budgets-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store = format!(
-        "[store]\nurl = \"sqlite://{}\"\n",
-        dir.join("store.db").display()
+    let served = keyed_config(&primary, &secondary).with("[store]\n").set(
+        "url",
+        format!("sqlite://{}", dir.join("store.db").display()),
     );
-    let text = config_text(&primary, &secondary, &store);
     let config = dir.join("switchyard.toml");
-    std::fs::write(&config, &text).unwrap();
+    std::fs::write(&config, served.raw_text()).unwrap();
     let cli = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["vkeys"])
@@ -198,7 +197,7 @@ async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
     assert!(cells.contains(&"5") && cells.contains(&"12.5"), "{table}");
 
     // The admin API reads what the CLI stored.
-    let gateway = start(&text).await;
+    let gateway = start(&served).await;
     let (_, listed) = admin(&gateway, Method::GET, "/admin/virtual-keys", None).await;
     assert_eq!(
         budgets(&listed["virtual_keys"][0]),
@@ -209,19 +208,21 @@ async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Gateways A and B on the store at `store` (a `[store]` block): a budget changed through
-/// A's admin API is what B holds for the key, once B has loaded the store's generation.
-async fn a_budget_change_on_a_reaches_b(store: &str) {
+/// Gateways A and B on the store at `store_url`: a budget changed through A's admin API is
+/// what B holds for the key, once B has loaded the store's generation.
+async fn a_budget_change_on_a_reaches_b(store_url: &str) {
     let primary = FakeUpstream::new("primary").start().await.unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let text = config_text(&primary, &secondary, store);
+    let served = keyed_config(&primary, &secondary)
+        .with("[store]\n")
+        .set("url", store_url);
     let start = || {
         let options = StartOptions {
             admin_token: Some(Secret::new(TOKEN)),
             master_key: Some(Secret::new(MASTER_KEY)),
             ..StartOptions::default()
         };
-        Gateway::start_with(test_config(&text), "127.0.0.1:0".parse().unwrap(), options)
+        Gateway::start_with(served.config(), "127.0.0.1:0".parse().unwrap(), options)
     };
     let (a, b) = (start().await.unwrap(), start().await.unwrap());
     let body = json!({"user": "ana", "role": "ae", "budget_per_month": 100});
@@ -250,11 +251,7 @@ async fn a_budget_change_on_a_reaches_b(store: &str) {
 async fn a_budget_changed_on_one_gateway_reaches_another_on_the_same_sqlite_file() {
     let dir = std::env::temp_dir().join(format!("switchyard-budgets-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store = format!(
-        "[store]\nurl = \"sqlite://{}\"\n",
-        dir.join("store.db").display()
-    );
-    a_budget_change_on_a_reaches_b(&store).await;
+    a_budget_change_on_a_reaches_b(&format!("sqlite://{}", dir.join("store.db").display())).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -264,5 +261,5 @@ async fn a_budget_changed_on_one_gateway_reaches_another_on_postgresql() {
     let Some(db) = TestDb::create(test).await else {
         return;
     };
-    a_budget_change_on_a_reaches_b(&format!("[store]\nurl = \"{}\"\n", db.url())).await;
+    a_budget_change_on_a_reaches_b(&db.url()).await;
 }

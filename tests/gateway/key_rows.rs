@@ -16,22 +16,15 @@ use super::support::*;
 
 const TOKEN: &str = "admin-token-for-key-rows";
 
-async fn admin_gateway(config: &str) -> Gateway {
+async fn admin_gateway(config: TestGateway) -> Gateway {
     let options = StartOptions {
         admin_token: Some(Secret::new(TOKEN)),
         ..StartOptions::default()
     };
     let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-    Gateway::start_with(test_config(config), addr, options)
+    Gateway::start_with(config.config(), addr, options)
         .await
         .expect("gateway starts")
-}
-
-fn keyed_provider(name: &str, fake: &switchyard::fake::FakeHandle) -> String {
-    format!(
-        "[[providers]]\nname = \"{name}\"\nkind = \"openai\"\nbase_url = \"{}\"\n",
-        fake.base_url()
-    )
 }
 
 #[tokio::test]
@@ -41,12 +34,11 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
         .start()
         .await
         .unwrap();
-    let gateway = admin_gateway(&format!(
-        "[auth]\nrequired = true\n{}{}",
-        keyed_provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let config = TestGateway::new()
+        .with("[auth]\nrequired = true\n")
+        .provider_at("up", &fake.base_url(), "")
+        .route("r", &[("up", "m")], "");
+    let gateway = admin_gateway(config).await;
     let store = gateway.store();
     store
         .put_provider_key(NewProviderKey {
@@ -127,7 +119,7 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
 #[tokio::test]
 async fn an_expiry_past_what_a_date_can_hold_is_refused() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = admin_gateway(&keyed_provider("up", &fake)).await;
+    let gateway = admin_gateway(TestGateway::new().provider_at("up", &fake.base_url(), "")).await;
     for expires_in in ["200000000000d", "106751991167d", "0s"] {
         let response = client()
             .put(format!("{}/admin/keys/up", gateway.admin_url()))
@@ -167,12 +159,10 @@ async fn an_expiry_past_what_a_date_can_hold_is_refused() {
 #[tokio::test]
 async fn admin_key_bodies_are_json_whatever_their_content_type() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = admin_gateway(&format!(
-        "{}{}",
-        keyed_provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let config = TestGateway::new()
+        .provider_at("up", &fake.base_url(), "")
+        .route("r", &[("up", "m")], "");
+    let gateway = admin_gateway(config).await;
     let send = |method: reqwest::Method, path: &str, body: &'static str| {
         client()
             .request(method, format!("{}{path}", gateway.admin_url()))
@@ -220,13 +210,11 @@ async fn admin_key_bodies_are_json_whatever_their_content_type() {
 async fn readyz_names_the_providers_without_a_usable_key() {
     let keyed = FakeUpstream::new("keyed").start().await.unwrap();
     let open = FakeUpstream::new("open").start().await.unwrap();
-    let gateway = admin_gateway(&format!(
-        "{}{}{}",
-        keyed_provider("keyed", &keyed),
-        provider("open", &open),
-        route("r", &[("keyed", "m"), ("open", "m")], "")
-    ))
-    .await;
+    let config = TestGateway::new()
+        .provider_at("keyed", &keyed.base_url(), "")
+        .provider("open", &open)
+        .route("r", &[("keyed", "m"), ("open", "m")], "");
+    let gateway = admin_gateway(config).await;
     let readyz = async || -> (u16, Value) {
         let response = client()
             .get(format!("{}/readyz", gateway.url()))

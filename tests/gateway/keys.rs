@@ -15,21 +15,11 @@ const TOKEN: &str = "admin-token-for-key-tests";
 const GOOD: &str = "sk-good-key-0000-1111-AAAA";
 const WRONG: &str = "sk-wrong-key-2222-3333-BBBB";
 
-/// primary (keyed, accepting only `GOOD`) → secondary (keyless), with the admin API on.
+use super::keyed::{keyed_config, with_admin};
+
+/// [`keyed_config`] and `extra`, with the admin API on.
 async fn keyed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
-    let config = test_config(&format!(
-        "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}{}{FAST_RETRY}{extra}",
-        primary.base_url(),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    ));
-    let options = StartOptions {
-        admin_token: Some(Secret::new(TOKEN)),
-        ..StartOptions::default()
-    };
-    Gateway::start_with(config, "127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .expect("gateway starts")
+    with_admin(keyed_config(primary, secondary).with(extra), TOKEN).await
 }
 
 async fn admin(
@@ -38,24 +28,11 @@ async fn admin(
     path: &str,
     body: Option<Value>,
 ) -> reqwest::Response {
-    let mut request = client()
-        .request(method, format!("{}{path}", gateway.admin_url()))
-        .bearer_auth(TOKEN);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    request.send().await.unwrap()
+    admin_request(gateway, Some(TOKEN), method, path, body.as_ref()).await
 }
 
 async fn put_key(gateway: &Gateway, secret: &str) {
-    let response = admin(
-        gateway,
-        reqwest::Method::PUT,
-        "/admin/keys/primary",
-        Some(json!({"secret": secret, "id": "main"})),
-    )
-    .await;
-    assert_eq!(response.status(), 200, "{}", response.text().await.unwrap());
+    super::keyed::put_key(gateway, TOKEN, secret).await;
 }
 
 async fn served_step(gateway: &Gateway) -> String {
@@ -121,8 +98,12 @@ async fn a_key_put_from_the_cli_reaches_a_running_gateway() {
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let db = std::env::temp_dir().join(format!("switchyard-keys-{}.db", uuid::Uuid::now_v7()));
-    let store = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
-    let gateway = keyed(&primary, &secondary, &store).await;
+    let store = |config: TestGateway| {
+        config
+            .with("[store]\n")
+            .set("url", format!("sqlite://{}", db.display()))
+    };
+    let gateway = with_admin(store(keyed_config(&primary, &secondary)), TOKEN).await;
     assert_eq!(
         served_step(&gateway).await,
         "1",
@@ -133,10 +114,9 @@ async fn a_key_put_from_the_cli_reaches_a_running_gateway() {
         std::env::temp_dir().join(format!("switchyard-keys-{}.toml", uuid::Uuid::now_v7()));
     std::fs::write(
         &config,
-        format!(
-            "{store}[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"{}\"\n",
-            primary.base_url()
-        ),
+        store(TestGateway::new())
+            .provider_at("primary", &primary.base_url(), "")
+            .raw_text(),
     )
     .unwrap();
     let mut put = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
@@ -351,7 +331,12 @@ async fn bad_admin_requests_get_clear_errors() {
 #[tokio::test]
 async fn a_wrong_master_key_is_a_clear_error_at_start() {
     let db = std::env::temp_dir().join(format!("switchyard-master-{}.db", uuid::Uuid::now_v7()));
-    let config = || test_config(&format!("[store]\nurl = \"sqlite://{}\"\n", db.display()));
+    let config = || {
+        TestGateway::new()
+            .with("[store]\n")
+            .set("url", format!("sqlite://{}", db.display()))
+            .config()
+    };
     let with_key = |byte: u8| StartOptions {
         master_key: Some(Secret::new(base64_of(&[byte; 32]))),
         ..StartOptions::default()
@@ -386,12 +371,11 @@ async fn a_key_refused_once_is_reported_benched_not_missing() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "[[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\n{}",
-        fake.base_url(),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider_at("up", &fake.base_url(), "")
+        .route("r", &[("up", "m")], "")
+        .start()
+        .await;
     gateway
         .put_provider_key("up", "main", "sk-a-revoked-key-5678")
         .await
@@ -449,18 +433,17 @@ async fn a_restart_keeps_a_rotated_key_and_a_changed_environment_seeds_again() {
         .unwrap();
     let dir = TempDir::new();
     let config = dir.0.join("switchyard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\ndrain_delay = \"0s\"\n[auth]\nrequired = false\n\
-             [store]\nurl = \"sqlite://{}\"\n\
-             [[providers]]\nname = \"up\"\nkind = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"UP_KEY\"\n{}",
-            dir.0.join("switchyard.db").display(),
-            rotated_only.base_url(),
-            route("r", &[("up", "m")], "")
-        ),
-    )
-    .unwrap();
+    let text = TestGateway::new()
+        .with("[server]\nlisten = \"127.0.0.1:0\"\ndrain_delay = \"0s\"\n")
+        .with("[auth]\nrequired = false\n[store]\n")
+        .set(
+            "url",
+            format!("sqlite://{}", dir.0.join("switchyard.db").display()),
+        )
+        .provider_at("up", &rotated_only.base_url(), "api_key_env = \"UP_KEY\"")
+        .route("r", &[("up", "m")], "")
+        .text();
+    std::fs::write(&config, text).unwrap();
     let status = async |env: &str| {
         let served = serve_with(&dir.0, &config, &[("UP_KEY", env)]);
         let response = client()

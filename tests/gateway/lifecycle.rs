@@ -86,11 +86,13 @@ async fn sigterm_during_a_stream_lets_the_stream_complete() {
         .local_addr()
         .unwrap()
         .port();
-    let config = write_config(&format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\n[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ));
+    let config = TestGateway::new()
+        .with("[server]\n")
+        .set("listen", format!("127.0.0.1:{port}"))
+        .with("[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n")
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "");
+    let config = write_config(&config.text());
     let mut child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&config.0)

@@ -80,12 +80,18 @@ async fn within_a_minute<T, F: Future<Output = T>>(mut round: impl FnMut(usize) 
     panic!("{RUNS} runs in a row straddled a minute boundary")
 }
 
-fn limited_config(fake: &FakeHandle, extra: &str) -> String {
-    format!(
-        "[auth]\nrequired = true\n{ROLES}{}{}{extra}",
-        provider("up", fake),
-        route("smart", &[("up", "m")], "")
-    )
+/// Keys required, and `roles` (each test's limits for role `ae`).
+fn keyed(roles: &str) -> TestGateway {
+    TestGateway::new()
+        .with("[auth]\nrequired = true\n")
+        .with(roles)
+}
+
+/// [`keyed`], with route `smart` to `fake`.
+fn limited(fake: &FakeHandle, roles: &str) -> TestGateway {
+    keyed(roles)
+        .provider("up", fake)
+        .route("smart", &[("up", "m")], "")
 }
 
 /// Sends 25 requests at once with `key`, spread over `gateways`; counts the 200s and 429s.
@@ -105,7 +111,7 @@ async fn burst(client: &reqwest::Client, gateways: &[&Gateway], key: &str) -> (u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_test_exactly_20_of_25_concurrent_requests_50_times() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&limited_config(&fake, "")).await;
+    let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     for round in 0..50 {
         let admitted = within_a_minute(|attempt| {
@@ -123,7 +129,7 @@ async fn the_seeds_test_exactly_20_of_25_concurrent_requests_50_times() {
 #[tokio::test]
 async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&limited_config(&fake, "")).await;
+    let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     let (first, statuses, refused, user, calls_before) = within_a_minute(|attempt| {
         let (gateway, client, fake) = (&gateway, &client, &fake);
@@ -162,7 +168,7 @@ async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
 #[tokio::test]
 async fn another_user_is_unaffected() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&limited_config(&fake, "")).await;
+    let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     let (admitted, other) = within_a_minute(|attempt| {
         let (gateway, client) = (&gateway, &client);
@@ -186,12 +192,7 @@ async fn tokens_per_minute_refuse_once_the_answers_used_them() {
         .await
         .unwrap();
     let roles = "[[roles]]\nname = \"ae\"\ntokens_per_minute = 10\n";
-    let config = format!(
-        "[auth]\nrequired = true\n{roles}{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = limited(&fake, roles).start().await;
     let client = client();
     let (first, third) = within_a_minute(|attempt| {
         let (gateway, client) = (&gateway, &client);
@@ -215,7 +216,7 @@ async fn tokens_per_minute_refuse_once_the_answers_used_them() {
 #[tokio::test]
 async fn keys_are_checked_by_bearer_or_x_api_key() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&limited_config(&fake, "")).await;
+    let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
 
@@ -247,14 +248,13 @@ async fn keys_are_checked_by_bearer_or_x_api_key() {
 async fn a_key_may_use_only_its_models_and_forced_fallback_needs_debug() {
     let primary = FakeUpstream::new("primary").start().await.unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = true\n{ROLES}{}{}{}{}",
-        provider("primary", &primary),
-        provider("secondary", &secondary),
-        route("smart", &[("primary", "m"), ("secondary", "m")], ""),
-        route("other", &[("primary", "m")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = keyed(ROLES)
+        .provider("primary", &primary)
+        .provider("secondary", &secondary)
+        .route("smart", &[("primary", "m"), ("secondary", "m")], "")
+        .route("other", &[("primary", "m")], "")
+        .start()
+        .await;
     let client = client();
     let narrow = key_in(gateway.store(), "ana", "ae", &[], Some(&["smart"])).await;
     let debug = key_in(gateway.store(), "ops", "ae", &["debug"], None).await;
@@ -286,9 +286,10 @@ async fn a_key_may_use_only_its_models_and_forced_fallback_needs_debug() {
 async fn a_revoked_key_stops_working_on_a_running_gateway_within_a_second() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let path = std::env::temp_dir().join(format!("switchyard-revoke-{}.db", uuid::Uuid::now_v7()));
-    let store_url = format!("sqlite://{}", path.display());
-    let config = limited_config(&fake, &format!("[store]\nurl = \"{store_url}\"\n"));
-    let gateway = gateway(&config).await;
+    let config = limited(&fake, ROLES)
+        .with("[store]\n")
+        .set("url", format!("sqlite://{}", path.display()));
+    let gateway = config.start().await;
     let client = client();
     let key = key(&gateway, "ana").await;
     assert_eq!(send(&client, &gateway, &key, "smart").await.status(), 200);
@@ -296,7 +297,7 @@ async fn a_revoked_key_stops_working_on_a_running_gateway_within_a_second() {
     // Revoke from another process, as an operator would, through the CLI.
     let config_path =
         std::env::temp_dir().join(format!("switchyard-revoke-{}.toml", uuid::Uuid::now_v7()));
-    std::fs::write(&config_path, &config).unwrap();
+    std::fs::write(&config_path, config.text()).unwrap();
     let revoked = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
         .args(["vkeys", "revoke", "--config"])
         .arg(&config_path)
@@ -321,12 +322,7 @@ async fn max_concurrent_is_released_when_a_client_disconnects() {
         .await
         .unwrap();
     let roles = "[[roles]]\nname = \"ae\"\nmax_concurrent = 1\n";
-    let config = format!(
-        "[auth]\nrequired = true\n{roles}{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = limited(&fake, roles).start().await;
     let client = client();
     let key = key(&gateway, "ana").await;
     let stream = client
@@ -357,14 +353,18 @@ mod redis {
         url: &str,
         fail: &str,
         window: &str,
-    ) -> String {
-        format!(
-            "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
-             [limits]\nbackend = \"redis\"\nredis_url = \"{url}\"\non_backend_error = \"{fail}\"\nkey_prefix = \"{prefix}\"\n\
-             [[roles]]\nname = \"ae\"\nrequests_per_minute = 20\nwindow = \"{window}\"\n{}{}",
-            provider("up", fake),
-            route("smart", &[("up", "m")], "")
-        )
+    ) -> TestGateway {
+        TestGateway::new()
+            .with(
+                "[auth]\nrequired = false\ndefault_role = \"ae\"\n[limits]\nbackend = \"redis\"\n",
+            )
+            .set("redis_url", url)
+            .set("on_backend_error", fail)
+            .set("key_prefix", prefix)
+            .with("[[roles]]\nname = \"ae\"\nrequests_per_minute = 20\n")
+            .set("window", window)
+            .provider("up", fake)
+            .route("smart", &[("up", "m")], "")
     }
 
     fn prefix() -> String {
@@ -401,9 +401,9 @@ mod redis {
                 "fixed",
             );
             let gateways = [
-                gateway(&config).await,
-                gateway(&config).await,
-                gateway(&config).await,
+                config.start().await,
+                config.start().await,
+                config.start().await,
             ];
             let refs: Vec<&Gateway> = gateways.iter().collect();
             let before = redis_minute().await;
@@ -434,9 +434,9 @@ mod redis {
             "sliding",
         );
         let gateways = [
-            gateway(&config).await,
-            gateway(&config).await,
-            gateway(&config).await,
+            config.start().await,
+            config.start().await,
+            config.start().await,
         ];
         let refs: Vec<&Gateway> = gateways.iter().collect();
         assert_eq!(burst(&client(), &refs, "sy-anonymous").await, (20, 5));
@@ -452,7 +452,9 @@ mod redis {
         let url = format!("redis://{closed}");
         let client = client();
 
-        let strict = gateway(&redis_config(&fake, &prefix(), &url, "closed", "fixed")).await;
+        let strict = redis_config(&fake, &prefix(), &url, "closed", "fixed")
+            .start()
+            .await;
         let refused = send(&client, &strict, "k", "smart").await;
         assert_eq!(refused.status(), 503);
         assert!(error_message(&refused.json().await.unwrap()).contains("rate-limit backend"));
@@ -465,11 +467,10 @@ mod redis {
         let ready: Value = ready.json().await.unwrap();
         assert_eq!(ready["status"], "degraded");
 
-        let lenient = gateway(&format!(
-            "{}{OBSERVABILITY}",
-            redis_config(&fake, &prefix(), &url, "open", "fixed")
-        ))
-        .await;
+        let lenient = redis_config(&fake, &prefix(), &url, "open", "fixed")
+            .with(OBSERVABILITY)
+            .start()
+            .await;
         assert_eq!(send(&client, &lenient, "k", "smart").await.status(), 200);
         let ready: Value = client
             .get(format!("{}/readyz", lenient.url()))
@@ -496,7 +497,9 @@ mod redis {
         };
         let fake = FakeUpstream::new("up").start().await.unwrap();
         let url = format!("redis://127.0.0.1:{}", server.port);
-        let gateway = gateway(&redis_config(&fake, &prefix(), &url, "closed", "fixed")).await;
+        let gateway = redis_config(&fake, &prefix(), &url, "closed", "fixed")
+            .start()
+            .await;
         let client = client();
         assert_eq!(send(&client, &gateway, "k", "smart").await.status(), 200);
 
@@ -540,12 +543,7 @@ mod redis {
 async fn anthropic_clients_authenticate_by_x_api_key_and_are_refused_in_their_shape() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let roles = "[[roles]]\nname = \"ae\"\nrequests_per_minute = 1\n";
-    let config = format!(
-        "[auth]\nrequired = true\n{roles}{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = limited(&fake, roles).start().await;
     let client = client();
     let key = key(&gateway, "ana").await;
     let send_message = || {
@@ -580,13 +578,10 @@ async fn anthropic_clients_authenticate_by_x_api_key_and_are_refused_in_their_sh
 #[tokio::test]
 async fn models_lists_what_the_callers_key_may_use() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = true\n{ROLES}{}{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "m")], ""),
-        route("other", &[("up", "n")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = limited(&fake, ROLES)
+        .route("other", &[("up", "n")], "")
+        .start()
+        .await;
     let narrow = key_in(gateway.store(), "ana", "ae", &[], Some(&["smart"])).await;
     gateway.keys_current().await;
     let client = client();

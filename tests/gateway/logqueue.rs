@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 
 use super::support::*;
 
@@ -64,7 +64,10 @@ impl Spawned {
     ) -> (Spawned, std::sync::mpsc::Receiver<String>) {
         let config =
             std::env::temp_dir().join(format!("switchyard-test-{}.toml", uuid::Uuid::now_v7()));
-        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{config_text}");
+        let text = TestGateway::new()
+            .with("[server]\nlisten = \"127.0.0.1:0\"\n")
+            .with(config_text)
+            .raw_text();
         std::fs::write(&config, text).unwrap();
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
@@ -183,6 +186,15 @@ impl Drop for TempDb {
     }
 }
 
+/// Auth off, the store in `db`, and route `r` over provider `up` at `fake`.
+fn served_from(db: &TempDb, fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .with("[auth]\nrequired = false\n[store]\n")
+        .set("url", db.url())
+        .provider("up", fake)
+        .route("r", &[("up", "m")], "")
+}
+
 /// The outage the test rides out: longer than the old writer's retries of one batch (five
 /// tries, each waiting out SQLite's 5 s busy timeout, with 6.3 s of pauses: about 31 s),
 /// after which it dropped the batch, so a writer that still gives up on a batch fails here.
@@ -200,12 +212,7 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
         .unwrap();
     let db = TempDb::new("outage");
     let mut gateway = Spawned::start(
-        &format!(
-            "[auth]\nrequired = false\n[store]\nurl = \"{}\"\n{}{}{OBSERVABILITY}",
-            db.url(),
-            provider("up", &fake),
-            route("r", &[("up", "m")], "")
-        ),
+        &served_from(&db, &fake).with(OBSERVABILITY).raw_text(),
         QUIET,
     );
     gateway.ready().await;
@@ -328,13 +335,16 @@ async fn full_log(
 ) {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let db = TempDb::new(&format!("full-{when_full}"));
-    let gateway = gateway(&format!(
-        "[store]\nurl = \"{}\"\n[log]\nqueue_records = 4\nspill_bytes = 0\nwhen_full = \"{when_full}\"\n{}{}{OBSERVABILITY}",
-        db.url(),
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .with("[store]\n")
+        .set("url", db.url())
+        .with("[log]\nqueue_records = 4\nspill_bytes = 0\n")
+        .set("when_full", when_full)
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .with(OBSERVABILITY)
+        .start()
+        .await;
     let blocker = rusqlite::Connection::open(&db.0).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     (gateway, db, blocker, fake)
@@ -467,12 +477,10 @@ async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
         std::env::temp_dir().join(format!("switchyard-test-{}.toml", uuid::Uuid::now_v7()));
     std::fs::write(
         &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:{port}\"\n[auth]\nrequired = false\n[store]\nurl = \"{}\"\n{}{}",
-            db.url(),
-            provider("up", &fake),
-            route("r", &[("up", "m")], "")
-        ),
+        served_from(&db, &fake)
+            .with("[server]\n")
+            .set("listen", format!("127.0.0.1:{port}"))
+            .raw_text(),
     )
     .unwrap();
     // A line a request at `info`, to a pipe nobody reads: it fills after a few hundred.
@@ -562,12 +570,9 @@ async fn answered_before_kill(gateway: &Spawned, count: usize) -> BTreeSet<Strin
 async fn with_fsync_durability_kill_9_loses_no_answered_request() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let db = TempDb::new("fsync-kill");
-    let config = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"{}\"\n[log]\ndurability = \"fsync\"\n{}{}",
-        db.url(),
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    );
+    let config = served_from(&db, &fake)
+        .with("[log]\ndurability = \"fsync\"\n")
+        .raw_text();
     let mut gateway = Spawned::start(&config, QUIET);
     gateway.ready().await;
     let answered = answered_before_kill(&gateway, 400).await;

@@ -72,24 +72,28 @@ async fn a_thousand_mixed_requests_are_exactly_a_thousand_rows() {
     // The bad keys all come from one address: an allowance above their count keeps a row each.
     // `bad` fails every request; this test counts rows, so the retry budget is off
     // (`retry_budget.rs` tests the budget).
-    let config = format!(
-        "[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 1000\n\
-         [[roles]]\nname = \"free\"\n[[roles]]\nname = \"tight\"\nrequests_per_minute = 50\nwindow = \"sliding\"\n\
-         [retry]\nattempts_per_step = 1\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\nbudget_percent = 100\n\
-         [breaker]\nconsecutive_failures = 100000\nmin_requests = 100000\n{}{}{}{}{}{}{}",
-        provider("good", &good),
-        provider("bad", &bad),
-        provider("streamer", &streamer),
-        route("ok", &[("good", "m")], ""),
-        route("fb", &[("bad", "m"), ("good", "m")], ""),
-        route(
+    let gateway = TestGateway::new()
+        .with(concat!(
+            "[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 1000\n",
+            "[[roles]]\nname = \"free\"\n",
+            "[[roles]]\nname = \"tight\"\nrequests_per_minute = 50\nwindow = \"sliding\"\n",
+            "[retry]\nattempts_per_step = 1\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n",
+            "budget_percent = 100\n",
+            "[breaker]\nconsecutive_failures = 100000\nmin_requests = 100000\n",
+        ))
+        .provider("good", &good)
+        .provider("bad", &bad)
+        .provider("streamer", &streamer)
+        .route("ok", &[("good", "m")], "")
+        .route("fb", &[("bad", "m"), ("good", "m")], "")
+        .route(
             "dg",
             &[("bad", "m"), ("bad", "m2")],
-            "degraded = { content = \"later\" }"
-        ),
-        route("slow", &[("streamer", "m")], ""),
-    );
-    let gateway = gateway(&config).await;
+            "degraded = { content = \"later\" }",
+        )
+        .route("slow", &[("streamer", "m")], "")
+        .start()
+        .await;
     let free = issue_key(gateway.store(), "ana", "free").await;
     let tight = issue_key(gateway.store(), "bo", "tight").await;
     gateway.keys_current().await;
@@ -192,12 +196,13 @@ async fn a_graceful_shutdown_mid_load_logs_every_request_it_answered() {
         .unwrap();
     let db = std::env::temp_dir().join(format!("switchyard-lossless-{}.db", uuid::Uuid::now_v7()));
     let url = format!("sqlite://{}", db.display());
-    let config = format!(
-        "[store]\nurl = \"{url}\"\n{}{}",
-        provider("good", &good),
-        route("ok", &[("good", "m")], "")
-    );
-    let gateway: Gateway = gateway(&config).await;
+    let gateway: Gateway = TestGateway::new()
+        .with("[store]\n")
+        .set("url", url.as_str())
+        .provider("good", &good)
+        .route("ok", &[("good", "m")], "")
+        .start()
+        .await;
     let endpoint = format!("{}/v1/chat/completions", gateway.url());
     let answered = Arc::new(AtomicUsize::new(0));
     let (enough, mut enough_rx) = tokio::sync::watch::channel(false);

@@ -133,10 +133,14 @@ fn postgres_over_tls_is_verified_as_sslmode_says() {
     let password_file = certificates.dir.join("pg-password");
     std::fs::write(&password_file, format!("{PG_PASSWORD}\n")).unwrap();
     let store = |host: &str, query: &str, password: &str| {
-        format!(
-            "[store]\nurl = \"postgres://postgres@{host}:{}/postgres?{query}\"\n{password}\n",
-            pg.port
-        )
+        TestGateway::new()
+            .with("[store]\n")
+            .set(
+                "url",
+                format!("postgres://postgres@{host}:{}/postgres?{query}", pg.port),
+            )
+            .with(password)
+            .raw_text()
     };
     let from_env = "password_env = \"SY_TEST_PG_PASSWORD\"";
     let from_file = format!("password_file = \"{}\"", shown(&password_file));
@@ -220,15 +224,18 @@ async fn a_gateway_serves_with_its_store_over_verified_tls() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "[auth]\nrequired = false\n\
-         [store]\nurl = \"postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}\"\n\
-         password_env = \"SY_TEST_PG_PASSWORD\"\n{}{}",
+    let url = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
         pg.port,
-        shown(&certificates.ca),
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
+        shown(&certificates.ca)
     );
+    let config = TestGateway::new()
+        .with("[auth]\nrequired = false\n[store]\n")
+        .set("url", url)
+        .with("password_env = \"SY_TEST_PG_PASSWORD\"\n")
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .raw_text();
     let mut started = Spawned::start_all(&[&config], QUIET, ENV);
     let gateway = started.remove(0);
     gateway.ready().await;
@@ -255,18 +262,16 @@ async fn redis_over_tls_is_verified_and_counts_limits() {
         return;
     };
     let limits = |host: &str, ca: &Path, password: &str| {
-        format!(
-            "[store]\nurl = \"sqlite::memory:\"\n\
-             [limits]\nbackend = \"redis\"\nredis_url = \"rediss://{host}:{}\"\n\
-             redis_ca_file = \"{}\"\nkey_prefix = \"tls-{}\"\n{password}\n",
-            redis.port,
-            shown(ca),
-            uuid::Uuid::now_v7()
-        )
+        TestGateway::new()
+            .with("[store]\nurl = \"sqlite::memory:\"\n[limits]\nbackend = \"redis\"\n")
+            .set("redis_url", format!("rediss://{host}:{}", redis.port))
+            .set("redis_ca_file", shown(ca))
+            .set("key_prefix", format!("tls-{}", uuid::Uuid::now_v7()))
+            .with(password)
     };
     let from_env = "redis_password_env = \"SY_TEST_REDIS_PASSWORD\"";
     let good = limits("localhost", &certificates.ca, from_env);
-    let output = check_connect(&good, ENV);
+    let output = check_connect(&good.raw_text(), ENV);
     assert!(output.status.success(), "{}", said(&output));
 
     for (host, ca, password, why) in [
@@ -284,7 +289,7 @@ async fn redis_over_tls_is_verified_and_counts_limits() {
         ),
         ("localhost", &certificates.ca, "", "NOAUTH"),
     ] {
-        let output = check_connect(&limits(host, ca, password), ENV);
+        let output = check_connect(&limits(host, ca, password).raw_text(), ENV);
         let text = said(&output);
         assert!(!output.status.success(), "{host} is refused:\n{text}");
         let at = format!("{host}:{}", redis.port);
@@ -297,12 +302,12 @@ async fn redis_over_tls_is_verified_and_counts_limits() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "[auth]\nrequired = false\n{good}\
-         [[roles]]\nname = \"default\"\nrequests_per_minute = 2\n{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    );
+    let config = good
+        .with("[auth]\nrequired = false\n")
+        .with("[[roles]]\nname = \"default\"\nrequests_per_minute = 2\n")
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .raw_text();
     let mut started = Spawned::start_all(&[&config], QUIET, ENV);
     let gateway = started.remove(0);
     gateway.ready().await;

@@ -12,17 +12,17 @@ async fn chain(
     primary: &FakeHandle,
     secondary: &FakeHandle,
 ) -> switchyard::server::Gateway {
-    let config = format!(
-        "{}{}{}{FAST_RETRY}",
-        provider_of(kind, "primary", primary),
-        provider("secondary", secondary),
-        route(
+    TestGateway::new()
+        .provider_of(kind, "primary", primary)
+        .provider("secondary", secondary)
+        .route(
             "r",
             &[("primary", "model-a"), ("secondary", "model-b")],
-            "degraded = { content = \"Sorry, try later.\" }"
-        ),
-    );
-    gateway(&config).await
+            "degraded = { content = \"Sorry, try later.\" }",
+        )
+        .fast_retry()
+        .start()
+        .await
 }
 
 async fn fakes(primary: Behavior, secondary: Behavior) -> (FakeHandle, FakeHandle) {
@@ -219,12 +219,12 @@ async fn exhaustion_is_degraded_or_a_503_in_anthropics_shape() {
     assert_eq!(anthropic_text(&events), "Sorry, try later.");
     assert_eq!(events.last().unwrap().0, "message_stop");
 
-    let config = format!(
-        "{}{}{FAST_RETRY}",
-        provider_of("anthropic", "primary", &primary),
-        route("bare", &[("primary", "m")], ""),
-    );
-    let bare = gateway(&config).await;
+    let bare = TestGateway::new()
+        .provider_of("anthropic", "primary", &primary)
+        .route("bare", &[("primary", "m")], "")
+        .fast_retry()
+        .start()
+        .await;
     let response = post_to(&bare, "/v1/messages", &message("bare", false)).await;
     assert_eq!(response.status(), 503);
     assert_eq!(

@@ -241,15 +241,13 @@ async fn logs_show_the_key_by_name_and_the_user_filter_and_follow() {
         .await
         .unwrap();
     let config = home.0.join("switchyard.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"sqlite://gw.db\"\n[[roles]]\nname = \"default\"\n{}{}",
-            provider("up", &fake),
-            route("r", &[("up", "m")], "")
-        ),
-    )
-    .unwrap();
+    let text = TestGateway::new()
+        .with("[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"sqlite://gw.db\"\n")
+        .with("[[roles]]\nname = \"default\"\n")
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .raw_text();
+    std::fs::write(&config, text).unwrap();
     let config_arg = config.to_str().unwrap();
     let mut keys = Vec::new();
     for user in ["ana", "bo"] {
@@ -389,22 +387,23 @@ async fn json_logs_and_an_access_log_that_can_be_turned_off() {
         .start()
         .await
         .unwrap();
-    let base = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    );
+    let base = TestGateway::new()
+        .with("[server]\nlisten = \"127.0.0.1:0\"\n")
+        .with("[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n")
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "");
     let is_request = |line: &String| {
         serde_json::from_str::<serde_json::Value>(line)
             .is_ok_and(|v| v["fields"]["message"] == "request")
     };
-    for (access_log, expected) in [("true", 1), ("false", 0)] {
+    for (access_log, expected) in [(true, 1), (false, 0)] {
         let config = home.0.join(format!("access-{access_log}.toml"));
-        std::fs::write(
-            &config,
-            format!("{base}[log]\nformat = \"json\"\naccess_log = {access_log}\n"),
-        )
-        .unwrap();
+        let text = base
+            .clone()
+            .with("[log]\nformat = \"json\"\n")
+            .set("access_log", access_log)
+            .raw_text();
+        std::fs::write(&config, text).unwrap();
         let lines = stderr_of_one_request(&home.0, &config).await;
         for line in &lines {
             assert!(

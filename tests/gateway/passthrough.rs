@@ -1,9 +1,16 @@
 //! The foundation: passthrough of JSON and SSE, and the gateway's own error answers.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 
 use super::support::*;
+
+/// Route `smart` to model `gpt-x` of `fake`.
+fn smart(fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("up", fake)
+        .route("smart", &[("up", "gpt-x")], "")
+}
 
 #[tokio::test]
 async fn json_passthrough_rewrites_only_the_model() {
@@ -12,12 +19,7 @@ async fn json_passthrough_rewrites_only_the_model() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "gpt-x")], "")
-    ))
-    .await;
+    let gateway = smart(&fake).start().await;
 
     let mut body = chat("smart");
     body["temperature"] = json!(0.25);
@@ -40,11 +42,11 @@ async fn json_passthrough_rewrites_only_the_model() {
 async fn provider_slash_model_routes_directly() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     // Any model of a configured provider, not only those in routes, once the operator says so.
-    let config = format!(
-        "[auth]\nrequired = false\ndirect_models = true\n{}",
-        provider("up", &fake)
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .with("[auth]\nrequired = false\ndirect_models = true\n")
+        .provider("up", &fake)
+        .start()
+        .await;
     let response = post(&gateway, &chat("up/org/model-7b")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(fake.requests()[0].json()["model"], "org/model-7b");
@@ -57,12 +59,7 @@ async fn sse_passthrough_forwards_each_event_and_the_end_marker() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "gpt-x")], "")
-    ))
-    .await;
+    let gateway = smart(&fake).start().await;
 
     let response = post(&gateway, &chat_stream("smart")).await;
     assert_eq!(response.status(), 200);
@@ -125,11 +122,11 @@ async fn unknown_model_is_a_404_in_openai_shape() {
 #[tokio::test]
 async fn a_body_over_the_limit_is_a_413_in_openai_shape() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "[server]\nmax_body_bytes = 1024\n{}",
-        provider("up", &fake)
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .with("[server]\nmax_body_bytes = 1024\n")
+        .provider("up", &fake)
+        .start()
+        .await;
     let mut body = chat("up/m");
     body["messages"][0]["content"] = json!("x".repeat(4096));
     let response = post(&gateway, &body).await;
@@ -154,12 +151,7 @@ async fn every_refused_request_still_gets_one_log_row() {
 #[tokio::test]
 async fn models_health_and_readiness_answer() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "gpt-x")], "")
-    ))
-    .await;
+    let gateway = smart(&fake).start().await;
     let models: Value = client()
         .get(format!("{}/v1/models", gateway.url()))
         .send()
@@ -200,13 +192,7 @@ async fn models_health_and_readiness_answer() {
 #[tokio::test]
 async fn metrics_count_requests_by_route_and_outcome() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "gpt-x")], ""),
-        OBSERVABILITY
-    ))
-    .await;
+    let gateway = smart(&fake).with(OBSERVABILITY).start().await;
     let response = post(&gateway, &chat("smart")).await;
     record(&gateway, header(&response, "x-switchyard-request-id")).await;
     let text = observe(&gateway, "/metrics").await.text().await.unwrap();
@@ -236,12 +222,7 @@ async fn post_raw(gateway: &switchyard::server::Gateway, body: &'static str) -> 
 #[tokio::test]
 async fn passthrough_sends_the_clients_own_bytes_with_only_the_model_spliced_in() {
     let fake = FakeUpstream::new("up").cycle().start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("smart", &[("up", "gpt-x")], "")
-    ))
-    .await;
+    let gateway = smart(&fake).start().await;
     // Key order, spacing, escapes and number spellings as a client wrote them, and a nested
     // `model` that is not the request's.
     let body = "{\"temperature\": 1.50, \"model\" : \"smart\",\n \"messages\":[{\"role\":\"user\",\

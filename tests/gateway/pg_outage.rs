@@ -45,8 +45,10 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
         .await
         .expect("the test's own PostgreSQL answers");
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let head = format!("[auth]\nrequired = true\n[store]\nurl = \"{}\"\n", db.url());
-    let (gateway, config) = start_gateway(&head, &fake).await;
+    let head = TestGateway::new()
+        .with("[auth]\nrequired = true\n[store]\n")
+        .set("url", db.url());
+    let (gateway, config) = start_gateway(head, &fake).await;
     let key = create_key(&config);
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -132,14 +134,23 @@ async fn behind_a_proxy(test: &str) -> Option<(TestDb, Proxy, String)> {
     Some((db, proxy, url))
 }
 
+/// `head` (its `[auth]`, `[store]` and `[log]`) and route `r` served by `fake`.
+fn serving(head: TestGateway, fake: &FakeHandle) -> TestGateway {
+    head.provider("up", fake).route("r", &[("up", "m")], "")
+}
+
+/// Auth off, and the store at `url` with a `[store] timeout` of 200 ms.
+fn hung_store(url: &str) -> TestGateway {
+    TestGateway::new()
+        .with("[auth]\nrequired = false\n[store]\n")
+        .set("url", url)
+        .with("timeout = \"200ms\"\n")
+}
+
 /// A gateway process whose config is `head` (its `[auth]`, `[store]` and `[log]`) and route
 /// `r` served by `fake`, once it is ready; and that config.
-async fn start_gateway(head: &str, fake: &FakeHandle) -> (Spawned, String) {
-    let config = format!(
-        "{head}{}{}",
-        provider("up", fake),
-        route("r", &[("up", "m")], "")
-    );
+async fn start_gateway(head: TestGateway, fake: &FakeHandle) -> (Spawned, String) {
+    let config = serving(head, fake).raw_text();
     let mut started =
         Spawned::start_all(&[&config], QUIET, &[("SWITCHYARD_MASTER_KEY", MASTER_KEY)]);
     let gateway = started.remove(0);
@@ -179,10 +190,10 @@ async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let head = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"{url}\"\ntimeout = \"200ms\"\n[log]\nqueue_records = {QUEUE}\n"
-    );
-    let (gateway, _) = start_gateway(&head, &fake).await;
+    let head = hung_store(&url)
+        .with("[log]\n")
+        .set("queue_records", QUEUE as i64);
+    let (gateway, _) = start_gateway(head, &fake).await;
     let (client, url) = (client(), format!("{}/v1/chat/completions", gateway.url));
     let mut answered = BTreeSet::new();
     let mut ask = async |during: &str| {
@@ -227,8 +238,7 @@ async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let head = format!("[auth]\nrequired = false\n[store]\nurl = \"{url}\"\ntimeout = \"200ms\"\n");
-    let (gateway, _) = start_gateway(&head, &fake).await;
+    let (gateway, _) = start_gateway(hung_store(&url), &fake).await;
     let responses = format!("{}/v1/responses", gateway.url);
     // Longer than any timeout of the gateway's own: only a wait on the store outlasts it.
     let client = reqwest::Client::builder()
@@ -264,11 +274,7 @@ async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
         return;
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = false\n[store]\nurl = \"{url}\"\ntimeout = \"200ms\"\n{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    );
+    let config = serving(hung_store(&url), &fake).raw_text();
     const TOKEN: &str = "admin-token-for-a-hung-store";
     let mut started = Spawned::start_all(
         &[&config],

@@ -42,11 +42,10 @@ async fn every_runnable_block_runs_against_a_gateway() {
         "the README marks its admin examples runnable"
     );
     let fake = FakeUpstream::new("openai").start().await.unwrap();
-    let config = test_config(&format!(
-        "{}{}",
-        provider("openai", &fake),
-        route("smart", &[("openai", "gpt-4o")], "")
-    ));
+    let config = TestGateway::new()
+        .provider("openai", &fake)
+        .route("smart", &[("openai", "gpt-4o")], "")
+        .config();
     let options = StartOptions {
         admin_token: Some(Secret::new(ADMIN_TOKEN)),
         ..StartOptions::default()

@@ -21,16 +21,22 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// A gateway whose anonymous callers have role `ae`, limited by `role`, counted in Redis.
 /// Its breakers stay local: these tests watch the limiter's own traffic to Redis.
-fn config(fake: &FakeHandle, url: &str, fail: &str, role: &str, extra: &str) -> String {
-    format!(
-        "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
-         [limits]\nbackend = \"redis\"\nredis_url = \"{url}\"\non_backend_error = \"{fail}\"\n\
-         key_prefix = \"switchyard-test-{}\"\n{extra}[cluster]\nshared_breakers = false\n\
-         [[roles]]\nname = \"ae\"\n{role}\n{}{}",
-        uuid::Uuid::now_v7(),
-        provider("up", fake),
-        route("smart", &[("up", "m")], "")
-    )
+fn config(fake: &FakeHandle, url: &str, fail: &str, role: &str, extra: &str) -> TestGateway {
+    TestGateway::new()
+        .with("[auth]\nrequired = false\ndefault_role = \"ae\"\n")
+        .with("[limits]\nbackend = \"redis\"\n")
+        .set("redis_url", url)
+        .set("on_backend_error", fail)
+        .set(
+            "key_prefix",
+            format!("switchyard-test-{}", uuid::Uuid::now_v7()),
+        )
+        .with(extra)
+        .with("[cluster]\nshared_breakers = false\n")
+        .with("[[roles]]\nname = \"ae\"\n")
+        .with(role)
+        .provider("up", fake)
+        .route("smart", &[("up", "m")], "")
 }
 
 fn redis_addr(server: &RedisServer) -> SocketAddr {
@@ -101,14 +107,9 @@ async fn readiness_comes_back_with_redis_without_any_request() {
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let url = format!("redis://127.0.0.1:{}", server.port);
-    let gateway = gateway(&config(
-        &fake,
-        &url,
-        "closed",
-        "requests_per_minute = 20",
-        "",
-    ))
-    .await;
+    let gateway = config(&fake, &url, "closed", "requests_per_minute = 20", "")
+        .start()
+        .await;
     let ready = readyz_until(&gateway, 200).await;
     assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(ready["store"]["healthy"], true, "{ready}");
@@ -135,7 +136,9 @@ async fn readiness_notices_redis_going_away_without_any_request() {
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let url = format!("redis://127.0.0.1:{}", server.port);
-    let gateway = gateway(&config(&fake, &url, "open", "requests_per_minute = 20", "")).await;
+    let gateway = config(&fake, &url, "open", "requests_per_minute = 20", "")
+        .start()
+        .await;
     readyz_until(&gateway, 200).await;
     server.stop();
     // Failing open keeps serving, so the instance stays in rotation, marked degraded.
@@ -160,7 +163,7 @@ async fn cut_then_burst(fail: &str) -> Vec<u16> {
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let role = "requests_per_minute = 20\nwindow = \"sliding\"";
-    let gateway = gateway(&config(&fake, &proxy.url(), fail, role, "")).await;
+    let gateway = config(&fake, &proxy.url(), fail, role, "").start().await;
     let mut statuses = vec![status(&gateway).await];
     proxy.cut();
     for _ in 0..24 {
@@ -214,7 +217,9 @@ async fn a_lost_reply_holds_no_slot_and_counts_once() {
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let role = "requests_per_minute = 20\nmax_concurrent = 1";
-    let gateway = gateway(&config(&fake, &proxy.url(), "closed", role, "")).await;
+    let gateway = config(&fake, &proxy.url(), "closed", role, "")
+        .start()
+        .await;
     let minute = redis_minute(&server).await;
     // The first admission connects and loads the script; the second one's reply is lost.
     assert_eq!(status(&gateway).await, 200);
@@ -244,14 +249,9 @@ async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&config(
-        &fake,
-        &proxy.url(),
-        "closed",
-        "max_concurrent = 1",
-        "",
-    ))
-    .await;
+    let gateway = config(&fake, &proxy.url(), "closed", "max_concurrent = 1", "")
+        .start()
+        .await;
     let stream = post(&gateway, &chat_stream("smart")).await;
     assert_eq!(stream.status(), 200);
     let id = header(&stream, "x-switchyard-request-id").to_owned();
@@ -278,7 +278,9 @@ async fn a_slot_outlives_its_lease_while_its_stream_lives() {
         .unwrap();
     let url = format!("redis://127.0.0.1:{}", server.port);
     let lease = "lease = \"2s\"\n";
-    let gateway = gateway(&config(&fake, &url, "closed", "max_concurrent = 1", lease)).await;
+    let gateway = config(&fake, &url, "closed", "max_concurrent = 1", lease)
+        .start()
+        .await;
     let stream = post(&gateway, &chat_stream("smart")).await;
     assert_eq!(stream.status(), 200);
     let mut body = stream.bytes_stream();
@@ -305,13 +307,14 @@ async fn failing_open_still_holds_each_instance_to_the_limit() {
         .local_addr()
         .unwrap();
     let url = format!("redis://{closed}");
-    let gateway = gateway(&config(
+    let gateway = config(
         &fake,
         &url,
         "open",
         "requests_per_minute = 20\nwindow = \"sliding\"",
         "",
-    ))
+    )
+    .start()
     .await;
     let statuses = futures_util::future::join_all((0..25).map(|_| status(&gateway))).await;
     assert_eq!(
@@ -333,7 +336,9 @@ async fn the_health_check_ends_with_the_gateway() {
     };
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let url = format!("redis://127.0.0.1:{}", server.port);
-    let gateway = gateway(&config(&fake, &url, "closed", "max_concurrent = 1", "")).await;
+    let gateway = config(&fake, &url, "closed", "max_concurrent = 1", "")
+        .start()
+        .await;
     readyz_until(&gateway, 200).await;
     let client = ::redis::Client::open(url).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
@@ -378,14 +383,9 @@ async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&config(
-        &fake,
-        &proxy.url(),
-        "closed",
-        "max_concurrent = 3",
-        "",
-    ))
-    .await;
+    let gateway = config(&fake, &proxy.url(), "closed", "max_concurrent = 3", "")
+        .start()
+        .await;
     let mut streams = Vec::new();
     for _ in 0..3 {
         let stream = post(&gateway, &chat_stream("smart")).await;
@@ -434,13 +434,14 @@ async fn a_slow_redis_holds_no_request(fail: &str) {
     };
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&config(
+    let gateway = config(
         &fake,
         &proxy.url(),
         fail,
         "requests_per_minute = 100000\nmax_concurrent = 1000",
         "",
-    ))
+    )
+    .start()
     .await;
     assert_eq!(status(&gateway).await, 200);
     const REDIS_DELAY: Duration = Duration::from_secs(5);

@@ -30,10 +30,10 @@ pub(super) struct FromFile {
 }
 
 impl FromFile {
-    pub(super) async fn start(config: &str) -> FromFile {
+    pub(super) async fn start(config: &TestGateway) -> FromFile {
         let dir = TempDir::new();
         let file = dir.0.join("switchyard.toml");
-        std::fs::write(&file, test_config_text(config)).unwrap();
+        std::fs::write(&file, config.text()).unwrap();
         let options = StartOptions {
             admin_token: Some(Secret::new(TOKEN)),
             config_path: Some(file.clone()),
@@ -51,8 +51,8 @@ impl FromFile {
     }
 
     /// Writes `config` (with the test defaults) over the file.
-    pub(super) fn rewrite(&self, config: &str) {
-        std::fs::write(&self.file, test_config_text(config)).unwrap();
+    pub(super) fn rewrite(&self, config: &TestGateway) {
+        std::fs::write(&self.file, config.text()).unwrap();
     }
 
     /// `POST /admin/reload`: its status and body.
@@ -68,24 +68,32 @@ impl FromFile {
     }
 }
 
+/// Route `r` to `up` (as model `m`).
+pub(super) fn one_route(up: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("up", up)
+        .route("r", &[("up", "m")], "")
+}
+
 /// One step balanced over `a` and `b` with these weights, as route `r`.
-fn balanced(a: &FakeHandle, b: &FakeHandle, weights: (u32, u32), extra: &str) -> String {
-    format!(
-        "{}{}[[routes]]\nname = \"r\"\nsteps = [{{ deployments = [\
-         {{ provider = \"a\", model = \"m\", weight = {} }}, \
-         {{ provider = \"b\", model = \"m\", weight = {} }}] }}]\n{extra}",
-        provider("a", a),
-        provider("b", b),
-        weights.0,
-        weights.1,
-    )
+fn balanced(a: &FakeHandle, b: &FakeHandle, weights: (u32, u32)) -> TestGateway {
+    let (a_weight, b_weight) = weights;
+    TestGateway::new()
+        .provider("a", a)
+        .provider("b", b)
+        .with("[[routes]]\nname = \"r\"\n")
+        .with(&format!(
+            "steps = [{{ deployments = [\
+             {{ provider = \"a\", model = \"m\", weight = {a_weight} }}, \
+             {{ provider = \"b\", model = \"m\", weight = {b_weight} }}] }}]\n"
+        ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_serves_at_once() {
     let a = FakeUpstream::new("a").start().await.unwrap();
     let b = FakeUpstream::new("b").start().await.unwrap();
-    let served = FromFile::start(&balanced(&a, &b, (1, 1), "")).await;
+    let served = FromFile::start(&balanced(&a, &b, (1, 1))).await;
     let gateway = &served.gateway;
     assert_eq!(post(gateway, &chat("fresh")).await.status(), 404);
 
@@ -120,12 +128,7 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
         .await
         .expect("the load progresses")
         .unwrap();
-    served.rewrite(&balanced(
-        &a,
-        &b,
-        (3, 1),
-        &route("fresh", &[("a", "m2")], ""),
-    ));
+    served.rewrite(&balanced(&a, &b, (3, 1)).route("fresh", &[("a", "m2")], ""));
     let (status, body) = served.reload().await;
     assert_eq!(status, 200, "{body}");
     // The very next request takes the new config.
@@ -165,22 +168,18 @@ async fn a_request_in_flight_finishes_on_the_config_it_started_with() {
         .start()
         .await
         .unwrap();
-    let served = FromFile::start(&format!(
-        "{}{}",
-        provider("slow", &slow),
-        route("r", &[("slow", "m")], "")
-    ))
-    .await;
+    let slow_route = |name: &str| {
+        TestGateway::new()
+            .provider("slow", &slow)
+            .route(name, &[("slow", "m")], "")
+    };
+    let served = FromFile::start(&slow_route("r")).await;
     let url = format!("{}/v1/chat/completions", served.gateway.url());
     let in_flight = tokio::spawn(async move { client().post(url).json(&chat("r")).send().await });
     slow.wait_until(|stats| stats.calls >= 1).await;
 
     // The new file drops route `r` while its request waits on the upstream.
-    served.rewrite(&format!(
-        "{}{}",
-        provider("slow", &slow),
-        route("other", &[("slow", "m")], "")
-    ));
+    served.rewrite(&slow_route("other"));
     let (status, body) = served.reload().await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(post(&served.gateway, &chat("r")).await.status(), 404);
@@ -195,24 +194,14 @@ async fn a_request_in_flight_finishes_on_the_config_it_started_with() {
 #[tokio::test]
 async fn an_invalid_file_changes_nothing_and_the_answer_names_the_field() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let config = format!(
-        "{}{}{OBSERVABILITY}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    );
-    let served = FromFile::start(&config).await;
+    let served = FromFile::start(&one_route(&up).with(OBSERVABILITY)).await;
     let anonymous = client()
         .post(format!("{}/admin/reload", served.gateway.admin_url()))
         .send()
         .await
         .unwrap();
     assert_eq!(anonymous.status(), 401, "a reload needs the admin token");
-    served.rewrite(&format!(
-        "{}{}{}",
-        provider("up", &up),
-        route("r", &[("up", "m")], ""),
-        route("fresh", &[("ghost", "m")], "")
-    ));
+    served.rewrite(&one_route(&up).route("fresh", &[("ghost", "m")], ""));
     let (status, body) = served.reload().await;
     assert_eq!(status, 422, "{body}");
     let error = &body["error"];
@@ -238,19 +227,16 @@ async fn an_invalid_file_changes_nothing_and_the_answer_names_the_field() {
 #[tokio::test]
 async fn a_setting_that_needs_a_restart_is_named_and_the_rest_applies() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let served = FromFile::start(&format!(
-        "{}{}{OBSERVABILITY}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let served = FromFile::start(&one_route(&up).with(OBSERVABILITY)).await;
     let before = metrics_text(&served.gateway.url(), METRICS_TOKEN).await;
-    served.rewrite(&format!(
-        "[server]\nmax_body_bytes = 1234\n{}{}{}{OBSERVABILITY}",
-        provider("up", &up),
-        route("r", &[("up", "m")], ""),
-        route("fresh", &[("up", "m2")], "")
-    ));
+    served.rewrite(
+        &TestGateway::new()
+            .with("[server]\nmax_body_bytes = 1234\n")
+            .provider("up", &up)
+            .route("r", &[("up", "m")], "")
+            .route("fresh", &[("up", "m2")], "")
+            .with(OBSERVABILITY),
+    );
     let (status, body) = served.reload().await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["needs_restart"][0]["field"], "server.max_body_bytes");

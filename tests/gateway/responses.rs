@@ -23,17 +23,24 @@ pub async fn chain(
     secondary: &FakeHandle,
     extra: &str,
 ) -> switchyard::server::Gateway {
-    let config = format!(
-        "{}{}{}{FAST_RETRY}",
-        responses_provider("openai", "primary", primary, true),
-        responses_provider(kind, "secondary", secondary, false),
-        route(
+    TestGateway::new()
+        .with(&responses_provider("openai", "primary", primary, true))
+        .with(&responses_provider(kind, "secondary", secondary, false))
+        .route(
             "r",
             &[("primary", "model-a"), ("secondary", "model-b")],
-            extra
-        ),
-    );
-    gateway(&config).await
+            extra,
+        )
+        .fast_retry()
+        .start()
+        .await
+}
+
+/// Route `r` to `fake`, an OpenAI-compatible provider that speaks only chat.
+fn compat(fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("compat", fake)
+        .route("r", &[("compat", "m")], "")
 }
 
 pub fn request(model: &str) -> Value {
@@ -80,25 +87,27 @@ async fn a_responses_provider_gets_the_body_with_only_the_model_rewritten() {
 #[tokio::test]
 async fn only_openais_own_base_url_speaks_the_responses_api_by_default() {
     let config = |kind: &str, url: &str, extra: &str| {
-        format!(
-            "[[providers]]\nname = \"p\"\nkind = \"{kind}\"\nbase_url = \"{url}\"\nkey_required = false\n{extra}"
-        )
+        TestGateway::new()
+            .with("[[providers]]\nname = \"p\"\n")
+            .set("kind", kind)
+            .set("base_url", url)
+            .with("key_required = false\n")
+            .with(extra)
     };
-    let parsed = test_config(&config("openai", "https://api.openai.com/v1", ""));
+    let parsed = config("openai", "https://api.openai.com/v1", "").config();
     assert!(parsed.providers[0].responses);
-    let parsed = test_config(&config("openai", "https://api.groq.com/openai/v1", ""));
+    let parsed = config("openai", "https://api.groq.com/openai/v1", "").config();
     assert!(!parsed.providers[0].responses);
-    let parsed = test_config(&config(
-        "openai",
-        "http://127.0.0.1:1/v1",
-        "responses = true\n",
-    ));
+    let parsed = config("openai", "http://127.0.0.1:1/v1", "responses = true\n").config();
     assert!(parsed.providers[0].responses);
-    let refused = switchyard::config::Config::parse(&config(
-        "anthropic",
-        "https://api.anthropic.com",
-        "responses = true\n",
-    ))
+    let refused = switchyard::config::Config::parse(
+        &config(
+            "anthropic",
+            "https://api.anthropic.com",
+            "responses = true\n",
+        )
+        .raw_text(),
+    )
     .unwrap_err()
     .to_string();
     assert!(refused.contains("providers[0].responses"), "{refused}");
@@ -107,12 +116,7 @@ async fn only_openais_own_base_url_speaks_the_responses_api_by_default() {
 #[tokio::test]
 async fn a_chat_only_step_gets_chat_and_answers_a_response_object() {
     let fake = FakeUpstream::new("compat").start().await.unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = compat(&fake).start().await;
     let body = json!({"model": "r", "instructions": "Be brief.", "input": "Hello there",
                       "max_output_tokens": 64, "temperature": 0.3, "reasoning": {"effort": "low"}});
     let response = create(&gateway, &body).await;
@@ -178,12 +182,7 @@ async fn a_function_tool_round_trip_translates_both_ways() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = compat(&fake).start().await;
     let tools = json!([{"type": "function", "name": "weather", "description": "Weather in a city",
                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
     let body = json!({"model": "r", "input": "Weather in Oslo?", "tools": tools, "tool_choice": "required"});
@@ -226,12 +225,7 @@ async fn a_json_schema_text_format_is_sent_as_response_format() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = compat(&fake).start().await;
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false});
     let body = json!({"model": "r", "input": "City?", "text": {"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": true}}});
     let answer: Value = create(&gateway, &body).await.json().await.unwrap();
@@ -246,12 +240,7 @@ async fn a_json_schema_text_format_is_sent_as_response_format() {
 #[tokio::test]
 async fn fields_that_cannot_be_carried_are_a_400_naming_them() {
     let fake = FakeUpstream::new("compat").start().await.unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = compat(&fake).start().await;
     for (body, param) in [
         (
             json!({"model": "r", "input": "x", "frobnicate": true}),
@@ -285,12 +274,11 @@ async fn fields_that_cannot_be_carried_are_a_400_naming_them() {
 #[tokio::test]
 async fn reasoning_effort_is_refused_for_an_anthropic_step() {
     let fake = FakeUpstream::new("claude").start().await.unwrap();
-    let config = format!(
-        "{}{}",
-        provider_of("anthropic", "claude", &fake),
-        route("r", &[("claude", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .provider_of("anthropic", "claude", &fake)
+        .route("r", &[("claude", "m")], "")
+        .start()
+        .await;
     let body = json!({"model": "r", "input": "x", "reasoning": {"effort": "high"}});
     let response = create(&gateway, &body).await;
     assert_eq!(response.status(), 400);

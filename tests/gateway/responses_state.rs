@@ -3,10 +3,17 @@
 //! each virtual key seeing only its own responses.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 
 use super::responses::{chain, create, output_text, request};
 use super::support::*;
+
+/// Route `r` over model `m` of provider `name`, at `fake`.
+fn served_by(name: &str, fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider(name, fake)
+        .route("r", &[(name, "m")], "")
+}
 
 async fn issue_key(gateway: &switchyard::server::Gateway, user: &str) -> String {
     stored_key(gateway, user, "default", None).await.0
@@ -125,12 +132,10 @@ async fn a_turn_served_by_a_translated_step_continues_on_a_responses_provider() 
 #[tokio::test]
 async fn stored_responses_are_retrieved_and_deleted_by_their_own_key_only() {
     let fake = FakeUpstream::new("p").start().await.unwrap();
-    let config = format!(
-        "[auth]\nrequired = true\n[[roles]]\nname = \"default\"\n{}{}",
-        provider("p", &fake),
-        route("r", &[("p", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = served_by("p", &fake)
+        .with("[auth]\nrequired = true\n[[roles]]\nname = \"default\"\n")
+        .start()
+        .await;
     let owner = issue_key(&gateway, "ana").await;
     let other = issue_key(&gateway, "bo").await;
     gateway.keys_current().await;
@@ -191,8 +196,7 @@ async fn stored_responses_are_retrieved_and_deleted_by_their_own_key_only() {
 #[tokio::test]
 async fn store_false_keeps_nothing() {
     let fake = FakeUpstream::new("p").start().await.unwrap();
-    let config = format!("{}{}", provider("p", &fake), route("r", &[("p", "m")], ""));
-    let gateway = gateway(&config).await;
+    let gateway = served_by("p", &fake).start().await;
     let mut body = request("r");
     body["store"] = json!(false);
     let answer: Value = create(&gateway, &body).await.json().await.unwrap();
@@ -250,12 +254,7 @@ async fn an_item_reference_to_a_stored_output_item_reaches_a_translated_step_as_
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = served_by("compat", &fake).start().await;
     let tools = json!([{"type": "function", "name": "weather", "parameters": {"type": "object"}}]);
     let first: Value = create(
         &gateway,

@@ -3,20 +3,22 @@
 //! point ending with an `error` event.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 
 use super::responses::{chain, create, output_text, request, responses_provider};
 use super::support::*;
 
+/// Route `r` to `fake`, an OpenAI-compatible provider that speaks only chat.
+fn compat(fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("compat", fake)
+        .route("r", &[("compat", "m")], "")
+}
+
 #[tokio::test]
 async fn a_translated_stream_has_the_documented_event_sequence() {
     let fake = FakeUpstream::new("compat").start().await.unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = compat(&fake).start().await;
     let mut body = request("r");
     body["stream"] = json!(true);
     let response = create(&gateway, &body).await;
@@ -68,12 +70,7 @@ async fn a_streamed_function_call_has_its_argument_events() {
         .start()
         .await
         .unwrap();
-    let config = format!(
-        "{}{}",
-        provider("compat", &fake),
-        route("r", &[("compat", "m")], "")
-    );
-    let gateway = gateway(&config).await;
+    let gateway = compat(&fake).start().await;
     let body = json!({"model": "r", "input": "Weather?", "stream": true,
                       "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]});
     let events = sse_events(&create(&gateway, &body).await.text().await.unwrap());
@@ -132,12 +129,11 @@ async fn a_failure_after_commit_ends_with_an_error_event() {
             .start()
             .await
             .unwrap();
-        let config = format!(
-            "{}{}",
-            responses_provider("openai", "p", &fake, passthrough),
-            route("r", &[("p", "m")], "")
-        );
-        let gateway = gateway(&config).await;
+        let gateway = TestGateway::new()
+            .with(&responses_provider("openai", "p", &fake, passthrough))
+            .route("r", &[("p", "m")], "")
+            .start()
+            .await;
         let mut body = request("r");
         body["stream"] = json!(true);
         let response = create(&gateway, &body).await;

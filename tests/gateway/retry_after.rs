@@ -78,12 +78,12 @@ async fn an_absurd_retry_after_on_the_last_step_is_a_clean_error() {
             .start()
             .await
             .unwrap();
-        let config = format!(
-            "{}{}{FAST_RETRY}",
-            provider("only", &only),
-            route("r", &[("only", "model-a")], ""),
-        );
-        let gateway = gateway(&config).await;
+        let gateway = TestGateway::new()
+            .provider("only", &only)
+            .route("r", &[("only", "model-a")], "")
+            .fast_retry()
+            .start()
+            .await;
         let (response, elapsed) = ask(&gateway).await;
         assert!(elapsed < DEADLINE, "took {elapsed:?}");
         let status = response.status();

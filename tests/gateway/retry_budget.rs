@@ -19,6 +19,19 @@ const NO_BREAKER: &str = "[breaker]\nconsecutive_failures = 1000000\nmin_request
 /// Quick backoff, so retries in place do not wait for the production defaults.
 const QUICK_BACKOFF: &str = "backoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n";
 
+/// A budget of exactly 10 retries in place per 10 s: no share of the requests, a floor of
+/// one a second.
+const FLOOR_OF_TEN: &str = "[retry]\nbudget_percent = 0\nmin_retries_per_second = 1\n";
+
+/// Route `r` = primary/model-a → secondary/model-b, with breakers that never open.
+fn steps_without_breakers(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .with(NO_BREAKER)
+}
+
 async fn answering(name: &str, status: u16) -> FakeHandle {
     FakeUpstream::new(name)
         .then(Behavior::status(status))
@@ -136,13 +149,15 @@ async fn when_every_step_fails_only_retries_in_place_are_budgeted() {
     const PER_SECOND: u64 = 250;
     const TOTAL: usize = 2_500;
     let (a, b) = (answering("a", 429).await, failing("b").await);
-    let config = format!(
-        "{}{}{}{NO_BREAKER}[retry]\n{QUICK_BACKOFF}",
-        provider("a", &a),
-        provider("b", &b),
-        route("r", &[("a", "m"), ("b", "m")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .provider("a", &a)
+        .provider("b", &b)
+        .route("r", &[("a", "m"), ("b", "m")], "")
+        .with(NO_BREAKER)
+        .with("[retry]\n")
+        .with(QUICK_BACKOFF)
+        .start()
+        .await;
     let elapsed = steady_load(&gateway, PER_SECOND, TOTAL).await;
     let (to_a, to_b) = (a.calls(), b.calls());
     println!("{TOTAL} requests in {elapsed:?}: {to_a} at a, {to_b} at b");
@@ -162,8 +177,11 @@ async fn a_rate_limit_storm_has_its_retries_in_place_capped_and_still_falls_back
     // everything; 3 attempts per step would make 2 retries a request without it.
     let primary = answering("primary", 429).await;
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let retry = format!("[retry]\nbudget_percent = 0\nmin_retries_per_second = 1\n{QUICK_BACKOFF}");
-    let gateway = two_step(&primary, &secondary, &format!("{NO_BREAKER}{retry}")).await;
+    let gateway = steps_without_breakers(&primary, &secondary)
+        .with(FLOOR_OF_TEN)
+        .with(QUICK_BACKOFF)
+        .start()
+        .await;
     const TOTAL: usize = 40;
     let started = Instant::now();
     for _ in 0..TOTAL {
@@ -182,7 +200,7 @@ async fn a_single_failing_request_always_falls_back() {
     let primary = failing("primary").await;
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     // The defaults: 20 % of one request is no retry, but the floor of 3 a second is.
-    let gateway = two_step(&primary, &secondary, NO_BREAKER).await;
+    let gateway = steps_without_breakers(&primary, &secondary).start().await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");
@@ -194,7 +212,7 @@ async fn occasional_failures_all_fall_back() {
     // One request in ten fails on step 0, from the very first one on.
     let primary = cycling_primary(&[500, 200, 200, 200, 200, 200, 200, 200, 200, 200]).await;
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let gateway = two_step(&primary, &secondary, NO_BREAKER).await;
+    let gateway = steps_without_breakers(&primary, &secondary).start().await;
     const TOTAL: usize = 200;
     let body = chat("r");
     let mut served = 0;
@@ -214,14 +232,13 @@ async fn occasional_failures_all_fall_back() {
 async fn floor_of_ten(extra_route: &str) -> (FakeHandle, FakeHandle, Gateway) {
     let primary = answering("primary", 429).await;
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = format!(
-        "{}{}{}{NO_BREAKER}[retry]\nbudget_percent = 0\nmin_retries_per_second = 1\n\
-         {QUICK_BACKOFF}{OBSERVABILITY}",
-        provider("primary", &primary),
-        provider("secondary", &secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], ""),
-    ) + &route("only", &[("primary", "model-a")], extra_route);
-    let gateway = gateway(&config).await;
+    let gateway = steps_without_breakers(&primary, &secondary)
+        .with(FLOOR_OF_TEN)
+        .with(QUICK_BACKOFF)
+        .with(OBSERVABILITY)
+        .route("only", &[("primary", "model-a")], extra_route)
+        .start()
+        .await;
     // 5 requests with 2 retries in place each spend the 10.
     for _ in 0..5 {
         let response = post(&gateway, &chat("r")).await;

@@ -16,12 +16,12 @@ async fn scorecard(gateway: &switchyard::server::Gateway) -> Value {
 #[tokio::test]
 async fn a_flood_of_client_404s_leaves_availability_at_100_percent() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{OBSERVABILITY}",
-        provider("up", &up),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("up", &up)
+        .route("r", &[("up", "m")], "")
+        .with(OBSERVABILITY)
+        .start()
+        .await;
     for _ in 0..5 {
         assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     }
@@ -50,12 +50,15 @@ async fn a_route_served_by_its_fallback_flags_the_route_not_the_rescuer() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let gateway = two_step(
-        &primary,
-        &secondary,
-        &format!("{FAST_RETRY}{OBSERVABILITY}[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n"),
-    )
-    .await;
+    let gateway = TestGateway::new()
+        .provider("primary", &primary)
+        .provider("secondary", &secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .fast_retry()
+        .with(OBSERVABILITY)
+        .with("[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n")
+        .start()
+        .await;
     for _ in 0..10 {
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(header(&response, "x-switchyard-outcome"), "fallback");

@@ -51,12 +51,14 @@ fn keyed_provider(kind: &str, name: &str, fake: &FakeHandle) -> String {
 
 /// Route `r` = the keyed provider `up`, with breakers that never open, and the key stored.
 async fn keyed_gateway(kind: &str, fake: &FakeHandle) -> Gateway {
-    let config = format!(
-        "{}{}{FAST_RETRY}{OBSERVABILITY}[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n",
-        keyed_provider(kind, "up", fake),
-        route("r", &[("up", "m-1")], ""),
-    );
-    let gateway = gateway(&config).await;
+    let gateway = TestGateway::new()
+        .with(&keyed_provider(kind, "up", fake))
+        .route("r", &[("up", "m-1")], "")
+        .fast_retry()
+        .with(OBSERVABILITY)
+        .with("[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n")
+        .start()
+        .await;
     gateway.put_provider_key("up", "main", KEY).await.unwrap();
     gateway
 }
@@ -289,13 +291,14 @@ async fn a_redirect_is_a_failed_attempt_and_the_next_step_serves() {
 /// A gateway with a gemini provider `gem` and an azure provider `az`, keyless, at `fake`,
 /// whose direct names any caller may use.
 async fn url_gateway(fake: &FakeHandle) -> Gateway {
-    let config = format!(
-        "[auth]\nrequired = false\ndirect_models = true\n{}{}{}{FAST_RETRY}",
-        provider_of("gemini", "gem", fake),
-        provider_of("azure", "az", fake),
-        route("r", &[("gem", "gemini-2.5-flash"), ("az", "gpt-4o")], ""),
-    );
-    gateway(&config).await
+    TestGateway::new()
+        .with("[auth]\nrequired = false\ndirect_models = true\n")
+        .provider_of("gemini", "gem", fake)
+        .provider_of("azure", "az", fake)
+        .route("r", &[("gem", "gemini-2.5-flash"), ("az", "gpt-4o")], "")
+        .fast_retry()
+        .start()
+        .await
 }
 
 #[tokio::test]

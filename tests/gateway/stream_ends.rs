@@ -51,12 +51,11 @@ async fn serving(kind: &str, body: &str) -> (Gateway, switchyard::fake::FakeHand
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider_of(kind, "up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider_of(kind, "up", &fake)
+        .route("r", &[("up", "m")], "")
+        .start()
+        .await;
     (gateway, fake)
 }
 

@@ -4,10 +4,17 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::telemetry::Outcome;
 
 use super::support::*;
+
+/// Route `r` to `fake`, the only step.
+fn only(fake: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("up", fake)
+        .route("r", &[("up", "m")], "")
+}
 
 /// Reads a streaming response to its end, returning each event's data.
 async fn read_all(response: reqwest::Response) -> Vec<String> {
@@ -86,12 +93,7 @@ async fn events_are_forwarded_as_they_arrive() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = only(&fake).start().await;
     let response = post(&gateway, &chat_stream("r")).await;
     // The serving step is known before the first token.
     assert_eq!(header(&response, "x-switchyard-step"), "0");
@@ -190,12 +192,7 @@ async fn usage_is_counted_and_stripped_unless_asked_for() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = only(&fake).start().await;
 
     let response = post(&gateway, &chat_stream("r")).await;
     let id = header(&response, "x-switchyard-request-id").to_owned();
@@ -227,12 +224,7 @@ async fn a_client_disconnect_cancels_the_upstream_and_is_logged() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = only(&fake).start().await;
     let response = post(&gateway, &chat_stream("r")).await;
     let id = header(&response, "x-switchyard-request-id").to_owned();
     let mut body = response.bytes_stream();
@@ -255,12 +247,7 @@ async fn two_hundred_disconnects_leak_no_connections_or_tasks() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = only(&fake).start().await;
     let client = client();
     let disconnect = || async {
         let response = client

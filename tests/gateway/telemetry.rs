@@ -83,20 +83,26 @@ pub async fn scripted_fakes() -> (FakeHandle, FakeHandle) {
 
 /// Route `r` = primary → secondary → canned answer; one attempt a step, breakers that stay
 /// closed, and both models priced.
-pub fn scripted_config(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
-    format!(
-        "{}{}{}[retry]\nattempts_per_step = 1\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n\
-         [breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n\
-         [[prices]]\nprovider = \"primary\"\nmodel = \"model-a\"\ninput_per_1m = 2.5\noutput_per_1m = 10.0\n\
-         [[prices]]\nprovider = \"secondary\"\nmodel = \"model-b\"\ninput_per_1m = 1.0\noutput_per_1m = 2.0\n{extra}",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route(
+pub fn scripted(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route(
             "r",
             &[("primary", "model-a"), ("secondary", "model-b")],
-            "degraded = { content = \"Busy; try again soon.\" }"
-        ),
-    )
+            "degraded = { content = \"Busy; try again soon.\" }",
+        )
+        .with(concat!(
+            "[retry]\nattempts_per_step = 1\nbackoff_base = \"1ms\"\nbackoff_max = \"2ms\"\n",
+            "[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n",
+            "[[prices]]\nprovider = \"primary\"\nmodel = \"model-a\"\ninput_per_1m = 2.5\noutput_per_1m = 10.0\n",
+            "[[prices]]\nprovider = \"secondary\"\nmodel = \"model-b\"\ninput_per_1m = 1.0\noutput_per_1m = 2.0\n",
+        ))
+}
+
+/// [`scripted`]'s config text, followed by `extra`.
+pub fn scripted_config(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
+    scripted(primary, secondary).with(extra).raw_text()
 }
 
 /// Sends the 100 scripted requests one by one, checking each outcome header as it goes.
@@ -153,9 +159,11 @@ fn assert_rates(card: &Value) {
 async fn seventy_twenty_ten_are_exact_in_metrics_and_the_scorecard_even_after_a_restart() {
     let (primary, secondary) = scripted_fakes().await;
     let db = std::env::temp_dir().join(format!("switchyard-card-{}.db", uuid::Uuid::now_v7()));
-    let store = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
-    let config = scripted_config(&primary, &secondary, &format!("{store}{OBSERVABILITY}"));
-    let gateway = gateway(&config).await;
+    let config = scripted(&primary, &secondary)
+        .with("[store]\n")
+        .set("url", format!("sqlite://{}", db.display()))
+        .with(OBSERVABILITY);
+    let gateway = config.start().await;
     run_script(&gateway).await;
 
     let text = observe(&gateway, "/metrics").await.text().await.unwrap();
@@ -206,7 +214,7 @@ async fn seventy_twenty_ten_are_exact_in_metrics_and_the_scorecard_even_after_a_
 
     // A new gateway on the same store: the scorecard comes from the log, so nothing is lost.
     gateway.shutdown().await.unwrap();
-    let again = super::support::gateway(&config).await;
+    let again = config.start().await;
     let card = get_json(&again, "/v1/scorecard").await;
     assert_rates(&card);
     let deployments = card["deployments"].as_array().unwrap();
@@ -225,13 +233,12 @@ async fn seventy_twenty_ten_are_exact_in_metrics_and_the_scorecard_even_after_a_
 #[tokio::test]
 async fn the_dashboard_is_one_page_with_nothing_external() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "{}{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], ""),
-        OBSERVABILITY
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .with(OBSERVABILITY)
+        .start()
+        .await;
     let response = observe(&gateway, "/dashboard").await;
     assert_eq!(response.status(), 200);
     assert!(header(&response, "content-type").starts_with("text/html"));
@@ -248,13 +255,12 @@ async fn the_dashboard_is_one_page_with_nothing_external() {
 async fn switchyard_logs_prints_a_table_or_json_lines_with_filters() {
     let (primary, secondary) = scripted_fakes().await;
     let db = std::env::temp_dir().join(format!("switchyard-logs-{}.db", uuid::Uuid::now_v7()));
-    let store = format!("[store]\nurl = \"sqlite://{}\"\n", db.display());
+    let config = scripted(&primary, &secondary)
+        .with("[store]\n")
+        .set("url", format!("sqlite://{}", db.display()));
     // The file the CLI reads is the whole config, test defaults included.
-    let text = format!(
-        "[auth]\nrequired = false\n{}",
-        scripted_config(&primary, &secondary, &store)
-    );
-    let gateway = gateway(&text).await;
+    let text = config.text();
+    let gateway = config.start().await;
     run_script(&gateway).await;
     gateway.shutdown().await.unwrap();
     let path = std::env::temp_dir().join(format!("switchyard-logs-{}.toml", uuid::Uuid::now_v7()));

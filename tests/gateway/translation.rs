@@ -14,12 +14,11 @@ async fn one_step(kind: &str, behavior: Behavior) -> (FakeHandle, Gateway) {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}",
-        provider_of(kind, "up", &up),
-        route("r", &[("up", "model-x")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider_of(kind, "up", &up)
+        .route("r", &[("up", "model-x")], "")
+        .start()
+        .await;
     (up, gateway)
 }
 

@@ -54,12 +54,11 @@ impl RawUpstream {
 
     /// One serving thread: each thread keeps a pool of its own, and a client's connections
     /// may land on any of them.
-    fn config(&self) -> String {
-        format!(
-            "[server]\nthreads = 1\n[[providers]]\nname = \"raw\"\nkind = \"openai\"\nbase_url = \"{}\"\nkey_required = false\n{}",
-            self.base_url,
-            route("r", &[("raw", "m")], "")
-        )
+    fn config(&self) -> TestGateway {
+        TestGateway::new()
+            .with("[server]\nthreads = 1\n")
+            .provider_at("raw", &self.base_url, "key_required = false")
+            .route("r", &[("raw", "m")], "")
     }
 }
 
@@ -106,7 +105,7 @@ async fn serve(stream: TcpStream, close_after_each: bool, heads: Arc<Mutex<Vec<S
 #[tokio::test]
 async fn sequential_requests_share_one_connection() {
     let upstream = RawUpstream::start(false).await;
-    let gateway = gateway(&upstream.config()).await;
+    let gateway = upstream.config().start().await;
     for _ in 0..5 {
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(response.status(), 200);
@@ -117,7 +116,7 @@ async fn sequential_requests_share_one_connection() {
 #[tokio::test]
 async fn a_streams_connection_is_kept_for_the_next_request_once_the_stream_ends() {
     let upstream = RawUpstream::start(false).await;
-    let gateway = gateway(&upstream.config()).await;
+    let gateway = upstream.config().start().await;
     for body in [chat_stream("r"), chat_stream("r"), chat("r")] {
         let response = post(&gateway, &body).await;
         assert_eq!(response.status(), 200);
@@ -130,7 +129,7 @@ async fn a_streams_connection_is_kept_for_the_next_request_once_the_stream_ends(
 #[tokio::test]
 async fn concurrent_requests_reuse_the_connections_they_opened() {
     let upstream = RawUpstream::start(false).await;
-    let gateway = gateway(&upstream.config()).await;
+    let gateway = upstream.config().start().await;
     let body = chat("r");
     for _ in 0..3 {
         let requests = (0..8).map(|_| post(&gateway, &body));
@@ -149,7 +148,7 @@ async fn concurrent_requests_reuse_the_connections_they_opened() {
 #[tokio::test]
 async fn a_request_names_its_path_and_the_origins_host() {
     let upstream = RawUpstream::start(false).await;
-    let gateway = gateway(&upstream.config()).await;
+    let gateway = upstream.config().start().await;
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     let heads = upstream.heads.lock().unwrap().clone();
     let authority = upstream.base_url.trim_start_matches("http://");
@@ -169,7 +168,7 @@ async fn a_request_names_its_path_and_the_origins_host() {
 #[tokio::test]
 async fn a_connection_the_upstream_closed_is_not_used_again() {
     let upstream = RawUpstream::start(true).await;
-    let gateway = gateway(&upstream.config()).await;
+    let gateway = upstream.config().start().await;
     for _ in 0..10 {
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(response.status(), 200);

@@ -16,23 +16,23 @@ pub(super) const TOKEN: &str = "admin-token-for-virtual-keys";
 /// Auth required; role `ae` may use everything, role `ops` only route `r`; route `r` =
 /// primary/model-a and route `other` = secondary/model-c; the admin API on with [`TOKEN`].
 async fn keyed_gateway(primary: &FakeHandle, secondary: &FakeHandle) -> Gateway {
-    start(&config_text(primary, secondary, "")).await
+    start(&keyed_config(primary, secondary)).await
 }
 
-/// The config [`keyed_gateway`] runs, then `extra`.
-pub(super) fn config_text(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
-    format!(
-        "[auth]\nrequired = true\n[[roles]]\nname = \"ae\"\n[[roles]]\nname = \"ops\"\nmodels = [\"r\"]\n{}{}{}{}{extra}",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a")], ""),
-        route("other", &[("secondary", "model-c")], ""),
-    )
+/// The config [`keyed_gateway`] runs.
+pub(super) fn keyed_config(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .with("[auth]\nrequired = true\n")
+        .with("[[roles]]\nname = \"ae\"\n[[roles]]\nname = \"ops\"\nmodels = [\"r\"]\n")
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a")], "")
+        .route("other", &[("secondary", "model-c")], "")
 }
 
-/// A gateway of `text` with the admin API on with [`TOKEN`].
-pub(super) async fn start(text: &str) -> Gateway {
-    let config = test_config(text);
+/// A gateway of `config` with the admin API on with [`TOKEN`].
+pub(super) async fn start(config: &TestGateway) -> Gateway {
+    let config = config.config();
     let options = StartOptions {
         admin_token: Some(Secret::new(TOKEN)),
         ..StartOptions::default()
@@ -458,14 +458,13 @@ async fn the_cli_and_the_api_share_keys_and_refuse_the_same_requests() {
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let dir = std::env::temp_dir().join(format!("switchyard-vkeys-{}", uuid::Uuid::now_v7()));
     std::fs::create_dir_all(&dir).unwrap();
-    let store = format!(
-        "[store]\nurl = \"sqlite://{}\"\n",
-        dir.join("store.db").display()
+    let served = keyed_config(&primary, &secondary).with("[store]\n").set(
+        "url",
+        format!("sqlite://{}", dir.join("store.db").display()),
     );
-    let text = config_text(&primary, &secondary, &store);
     let config = dir.join("switchyard.toml");
-    std::fs::write(&config, &text).unwrap();
-    let gateway = start(&text).await;
+    std::fs::write(&config, served.raw_text()).unwrap();
+    let gateway = start(&served).await;
     let cli = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .args(["vkeys"])

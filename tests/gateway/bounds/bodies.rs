@@ -19,13 +19,12 @@ const HUNDRED_MB: u64 = 100 * 1024 * 1024;
 fn two_steps(
     primary: &switchyard::fake::FakeHandle,
     secondary: &switchyard::fake::FakeHandle,
-) -> String {
-    format!(
-        "{}{}{}{OBSERVABILITY}",
-        provider("primary", primary),
-        provider("secondary", secondary),
-        route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
-    )
+) -> TestGateway {
+    TestGateway::new()
+        .provider("primary", primary)
+        .provider("secondary", secondary)
+        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
+        .with(OBSERVABILITY)
 }
 
 #[tokio::test]
@@ -38,7 +37,7 @@ async fn a_hundred_megabyte_answer_is_an_oversized_attempt_not_an_allocation() {
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     let gateway = Spawned::start(
         "max_upstream_body_bytes = 1048576",
-        &two_steps(&primary, &secondary),
+        &two_steps(&primary, &secondary).raw_text(),
         None,
     );
     let client = patient_client(BOUND);
@@ -107,7 +106,7 @@ async fn a_declared_length_over_the_cap_fails_the_attempt_on_its_headers() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let gateway = gateway(&two_steps(&primary, &secondary)).await;
+    let gateway = two_steps(&primary, &secondary).start().await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let id = header(&response, "x-switchyard-request-id").to_owned();
@@ -124,11 +123,10 @@ async fn an_event_over_max_sse_event_bytes_fails_the_attempt() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "[server]\nmax_sse_event_bytes = 65536\n{}",
-        two_steps(&primary, &secondary)
-    ))
-    .await;
+    let gateway = two_steps(&primary, &secondary)
+        .with("[server]\nmax_sse_event_bytes = 65536\n")
+        .start()
+        .await;
     let response = post(&gateway, &chat_stream("r")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-step"), "1");
@@ -146,12 +144,12 @@ async fn an_endless_stream_ends_at_the_request_deadline_with_an_error_event() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "{}{}[retry]\nrequest_deadline = \"1s\"\nattempt_timeout = \"1s\"\n",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .with("[retry]\nrequest_deadline = \"1s\"\nattempt_timeout = \"1s\"\n")
+        .start()
+        .await;
     let response = post(&gateway, &chat_stream("r")).await;
     assert_eq!(response.status(), 200);
     let id = header(&response, "x-switchyard-request-id").to_owned();
@@ -191,12 +189,12 @@ async fn answer_to_a_promise(
 async fn one_step_with_a_1_kib_body_cap()
 -> (switchyard::fake::FakeHandle, switchyard::server::Gateway) {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = gateway(&format!(
-        "[server]\nmax_body_bytes = 1024\n{}{}",
-        provider("up", &fake),
-        route("r", &[("up", "m")], "")
-    ))
-    .await;
+    let gateway = TestGateway::new()
+        .with("[server]\nmax_body_bytes = 1024\n")
+        .provider("up", &fake)
+        .route("r", &[("up", "m")], "")
+        .start()
+        .await;
     (fake, gateway)
 }
 

@@ -51,8 +51,11 @@ fn drip(mut writer: tokio::net::tcp::OwnedWriteHalf, interval: Duration) {
     });
 }
 
-fn upstream_config(fake: &switchyard::fake::FakeHandle) -> String {
-    format!("{}{}", provider("up", fake), route("r", &[("up", "m")], ""))
+/// Route `r` over provider `up` at `fake`.
+fn upstream_config(fake: &switchyard::fake::FakeHandle) -> TestGateway {
+    TestGateway::new()
+        .provider("up", fake)
+        .route("r", &[("up", "m")], "")
 }
 
 #[tokio::test]
@@ -60,7 +63,7 @@ async fn silent_sockets_cannot_lock_clients_out_of_a_gateway_with_few_descriptor
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let gateway = Spawned::start(
         "header_timeout = \"500ms\"",
-        &upstream_config(&fake),
+        &upstream_config(&fake).raw_text(),
         Some(256),
     );
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", gateway.pid())).unwrap();
@@ -194,11 +197,11 @@ async fn sigterm_ends_within_shutdown_grace_despite_a_dripping_client_and_an_end
     let store = std::env::temp_dir().join(format!("switchyard-grace-{}.db", uuid::Uuid::now_v7()));
     let mut gateway = Spawned::start(
         "shutdown_grace = \"500ms\"\nbody_timeout = \"1m\"",
-        &format!(
-            "[store]\nurl = \"sqlite://{}\"\n{}[retry]\nrequest_deadline = \"1m\"\n",
-            store.display(),
-            upstream_config(&fake)
-        ),
+        &upstream_config(&fake)
+            .with("[store]\n")
+            .set("url", format!("sqlite://{}", store.display()))
+            .with("[retry]\nrequest_deadline = \"1m\"\n")
+            .raw_text(),
         None,
     );
     let response = client()
@@ -248,11 +251,10 @@ async fn sigterm_ends_within_shutdown_grace_despite_a_dripping_client_and_an_end
 #[tokio::test]
 async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
     let fake = slow_streams().await;
-    let gateway = gateway(&format!(
-        "[server]\nmax_connections = 2\nheader_timeout = \"30s\"\n{}",
-        upstream_config(&fake)
-    ))
-    .await;
+    let gateway = upstream_config(&fake)
+        .with("[server]\nmax_connections = 2\nheader_timeout = \"30s\"\n")
+        .start()
+        .await;
     // Both connections busy with a stream: none is idle to make room (an idle one would
     // close for the newcomer), so the next client is over the cap.
     let held = busy_streams(&gateway, 2).await;
@@ -303,11 +305,11 @@ async fn a_client_that_never_reads_its_stream_is_let_go() {
         .start()
         .await
         .unwrap();
-    let gateway = gateway(&format!(
-        "[server]\nbody_timeout = \"300ms\"\nidle_timeout = \"300ms\"\n{}[retry]\nrequest_deadline = \"2s\"\n",
-        upstream_config(&fake)
-    ))
-    .await;
+    let gateway = upstream_config(&fake)
+        .with("[server]\nbody_timeout = \"300ms\"\nidle_timeout = \"300ms\"\n")
+        .with("[retry]\nrequest_deadline = \"2s\"\n")
+        .start()
+        .await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stream = socket.connect(gateway.addr()).await.unwrap();
@@ -335,7 +337,7 @@ fn thread_names(pid: u32) -> Vec<String> {
 #[tokio::test]
 async fn connections_are_served_on_as_many_threads_as_configured() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = Spawned::start("threads = 3", &upstream_config(&fake), None);
+    let gateway = Spawned::start("threads = 3", &upstream_config(&fake).raw_text(), None);
     // Clients of their own, so each request comes on a connection of its own.
     let requests = (0..6).map(|_| {
         let url = format!("{}/v1/chat/completions", gateway.url());
@@ -364,7 +366,7 @@ async fn sigterm_closes_half_sent_requests_at_once() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let mut gateway = Spawned::start(
         "shutdown_grace = \"5m\"\nheader_timeout = \"5m\"\nbody_timeout = \"5m\"",
-        &upstream_config(&fake),
+        &upstream_config(&fake).raw_text(),
         None,
     );
     // A head without its end, and a whole head with 100 of its 10,000 body bytes.
@@ -403,7 +405,11 @@ async fn sigterm_closes_half_sent_requests_at_once() {
 #[tokio::test]
 async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let mut gateway = Spawned::start("drain_delay = \"3s\"", &upstream_config(&fake), None);
+    let mut gateway = Spawned::start(
+        "drain_delay = \"3s\"",
+        &upstream_config(&fake).raw_text(),
+        None,
+    );
     let client = client();
     let ready = client
         .get(format!("{}/readyz", gateway.url()))
@@ -502,7 +508,11 @@ async fn idle_keep_alive(addr: std::net::SocketAddr, limit: Duration) -> Option<
 #[tokio::test]
 async fn idle_keep_alives_cannot_lock_clients_out_of_a_gateway_with_few_descriptors() {
     let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = Spawned::start("idle_timeout = \"10m\"", &upstream_config(&fake), Some(256));
+    let gateway = Spawned::start(
+        "idle_timeout = \"10m\"",
+        &upstream_config(&fake).raw_text(),
+        Some(256),
+    );
     let mut held = Vec::new();
     for _ in 0..225 {
         if let Some(stream) = idle_keep_alive(gateway.addr, Duration::from_secs(2)).await {
@@ -531,11 +541,10 @@ async fn idle_keep_alives_cannot_lock_clients_out_of_a_gateway_with_few_descript
 #[tokio::test]
 async fn an_address_at_its_cap_makes_room_from_its_own_idle_connections_or_is_refused() {
     let fake = slow_streams().await;
-    let gateway = gateway(&format!(
-        "[server]\nmax_connections_per_ip = 2\nidle_timeout = \"10m\"\nheader_timeout = \"10m\"\n{}",
-        upstream_config(&fake)
-    ))
-    .await;
+    let gateway = upstream_config(&fake)
+        .with("[server]\nmax_connections_per_ip = 2\nidle_timeout = \"10m\"\nheader_timeout = \"10m\"\n")
+        .start()
+        .await;
     let first = idle_keep_alive(gateway.addr(), BOUND)
         .await
         .expect("served");

@@ -7,6 +7,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use crate::gateway::support::TestGateway;
+
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
 
 /// A running `switchyard serve`, killed when dropped.
@@ -19,25 +21,24 @@ pub struct Spawned {
 
 impl Spawned {
     /// Starts the gateway on an ephemeral port: `server` holds lines of its `[server]`
-    /// section, `rest` the other sections (the store is in memory unless `rest` has one).
-    /// Runs under a file-descriptor limit if `nofile` says so. Waits for the gateway's own word that it listens.
+    /// section, `rest` the other sections (auth is optional and the store is in memory, as
+    /// [`TestGateway::text`] makes them, unless `rest` has its own). Runs under a
+    /// file-descriptor limit if `nofile` says so. Waits for the gateway's own word that it listens.
     pub fn start(server: &str, rest: &str, nofile: Option<u64>) -> Spawned {
         let config =
             std::env::temp_dir().join(format!("switchyard-bounds-{}.toml", uuid::Uuid::now_v7()));
-        let store = if rest.contains("[store]") {
-            ""
-        } else {
-            "[store]\nurl = \"sqlite::memory:\"\n"
-        };
         // No drain delay unless the test asks for one: it has no load balancer to tell.
         let drain = if server.contains("drain_delay") {
             ""
         } else {
             "drain_delay = \"0s\"\n"
         };
-        let text = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n{drain}{server}\n[auth]\nrequired = false\n{store}{rest}"
-        );
+        let text = TestGateway::new()
+            .with("[server]\nlisten = \"127.0.0.1:0\"\n")
+            .with(drain)
+            .with(server)
+            .with(rest)
+            .text();
         std::fs::write(&config, text).expect("config written");
         let mut command = match nofile {
             Some(n) => {

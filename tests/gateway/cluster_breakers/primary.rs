@@ -66,12 +66,9 @@ impl Primary {
         self.inner.released.send_replace(true);
     }
 
-    /// A provider block for it, named `primary`.
-    pub fn provider(&self) -> String {
-        format!(
-            "[[providers]]\nname = \"primary\"\nkind = \"openai\"\nbase_url = \"http://{}/v1\"\nkey_required = false\n",
-            self.addr
-        )
+    /// Its base URL, for a provider block.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
     }
 }
 

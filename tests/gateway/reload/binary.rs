@@ -8,7 +8,7 @@ use switchyard::fake::FakeUpstream;
 
 use super::super::process::*;
 use super::super::support::*;
-use super::{FromFile, TOKEN};
+use super::{FromFile, TOKEN, one_route};
 
 fn run(cwd: &Path, args: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -23,23 +23,28 @@ fn run(cwd: &Path, args: &[&str]) -> std::process::Output {
 #[tokio::test]
 async fn check_serve_and_reload_refuse_the_same_store_and_redis_urls() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let good = format!("{}{}", provider("up", &up), route("r", &[("up", "m")], ""));
-    let served = FromFile::start(&good).await;
+    let served = FromFile::start(&one_route(&up)).await;
     let dir = TempDir::new();
     let bad = [
         (
             "limits.redis_url",
-            "[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/not-a-db\"\n"
-                .to_owned(),
+            TestGateway::new().with(
+                "[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379/not-a-db\"\n",
+            ),
         ),
         (
             "store.url",
             // A directory, not a file: SQLite cannot open it.
-            format!("[store]\nurl = \"sqlite://{}\"\n", dir.0.display()),
+            TestGateway::new()
+                .with("[store]\n")
+                .set("url", format!("sqlite://{}", dir.0.display())),
         ),
     ];
     for (field, section) in bad {
-        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\n{section}{good}");
+        let text = section
+            .with("[server]\nlisten = \"127.0.0.1:0\"\n")
+            .provider("up", &up)
+            .route("r", &[("up", "m")], "");
         served.rewrite(&text);
         let (status, body) = served.reload().await;
         assert_eq!(status, 422, "{body}");
@@ -65,15 +70,15 @@ async fn sighup_reloads_the_file_and_the_process_keeps_serving() {
     let up = FakeUpstream::new("up").start().await.unwrap();
     let home = TempDir::new();
     let file = home.0.join("switchyard.toml");
-    let config = |extra: &str| {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\n[auth]\nrequired = false\n\
-             [store]\nurl = \"sqlite://gw.db\"\n{}{}{extra}",
-            provider("up", &up),
-            route("r", &[("up", "m")], ""),
-        )
-    };
-    std::fs::write(&file, config("")).unwrap();
+    let config = TestGateway::new()
+        .with(concat!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n",
+            "[auth]\nrequired = false\n",
+            "[store]\nurl = \"sqlite://gw.db\"\n",
+        ))
+        .provider("up", &up)
+        .route("r", &[("up", "m")], "");
+    std::fs::write(&file, config.text()).unwrap();
     let mut served = serve_with(&home.0, &file, &[("SWITCHYARD_ADMIN_TOKEN", TOKEN)]);
     let url = format!("{}/v1/chat/completions", served.url);
     let ask = |model: &'static str| {
@@ -92,14 +97,18 @@ async fn sighup_reloads_the_file_and_the_process_keeps_serving() {
     assert_eq!(ask("r").await, 200);
     assert_eq!(ask("fresh").await, 404);
 
-    std::fs::write(&file, config(&route("fresh", &[("up", "m2")], ""))).unwrap();
+    let fresh = config.clone().route("fresh", &[("up", "m2")], "");
+    std::fs::write(&file, fresh.text()).unwrap();
     served.signal("HUP");
     served.wait_for_line(&["config reloaded"]);
     assert_eq!(ask("fresh").await, 200, "the reloaded route serves");
     assert!(served.running(), "SIGHUP does not end the process");
 
     // An invalid file: refused, logged with its field, and the running config serves on.
-    std::fs::write(&file, config("[[routes]]\nname = \"bad\"\nsteps = []\n")).unwrap();
+    let bad = config
+        .clone()
+        .with("[[routes]]\nname = \"bad\"\nsteps = []\n");
+    std::fs::write(&file, bad.text()).unwrap();
     served.signal("HUP");
     let line = served.wait_for_line(&["config reload refused"]);
     assert!(line.contains("routes[1].steps"), "{line}");
@@ -109,7 +118,7 @@ async fn sighup_reloads_the_file_and_the_process_keeps_serving() {
     // It still stops cleanly, with every answered request in its log.
     served.signal("TERM");
     assert!(served.child.wait().unwrap().success());
-    std::fs::write(&file, config("")).unwrap();
+    std::fs::write(&file, config.text()).unwrap();
     let rows = run(
         &home.0,
         &["logs", "--config", file.to_str().unwrap(), "--json"],

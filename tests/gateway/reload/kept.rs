@@ -15,21 +15,19 @@ async fn an_open_breaker_stays_open_across_a_reload() {
         .await
         .unwrap();
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let config = |extra: &str| {
-        format!(
-            "{}{}{}{FAST_RETRY}\n[breaker]\nconsecutive_failures = 1\ncooldown = \"60s\"\ncooldown_min = \"60s\"\n{extra}",
-            provider("primary", &primary),
-            provider("secondary", &secondary),
-            route("r", &[("primary", "m"), ("secondary", "m")], ""),
-        )
-    };
-    let served = FromFile::start(&config("")).await;
+    let config = TestGateway::new()
+        .provider("primary", &primary)
+        .provider("secondary", &secondary)
+        .route("r", &[("primary", "m"), ("secondary", "m")], "")
+        .fast_retry()
+        .with("[breaker]\nconsecutive_failures = 1\ncooldown = \"60s\"\ncooldown_min = \"60s\"\n");
+    let served = FromFile::start(&config).await;
     let response = post(&served.gateway, &chat("r")).await;
     assert_eq!(header(&response, "x-switchyard-provider"), "secondary");
     let calls = primary.calls();
     assert!(calls >= 1);
 
-    served.rewrite(&config(&route("fresh", &[("secondary", "m2")], "")));
+    served.rewrite(&config.route("fresh", &[("secondary", "m2")], ""));
     let (status, body) = served.reload().await;
     assert_eq!(status, 200, "{body}");
     assert!(
@@ -67,22 +65,22 @@ async fn an_open_breaker_stays_open_across_a_reload() {
 #[tokio::test]
 async fn limit_counts_survive_a_reload_and_the_role_takes_its_new_limit() {
     let up = FakeUpstream::new("up").start().await.unwrap();
-    let config = |per_minute: u32, extra: &str| {
-        format!(
-            "[auth]\nrequired = false\ndefault_role = \"ae\"\n\
-             [[roles]]\nname = \"ae\"\nrequests_per_minute = {per_minute}\nwindow = \"sliding\"\n{}{}{extra}",
-            provider("up", &up),
-            route("r", &[("up", "m")], ""),
-        )
+    let config = |per_minute: u32| {
+        TestGateway::new()
+            .with("[auth]\nrequired = false\ndefault_role = \"ae\"\n")
+            .with("[[roles]]\nname = \"ae\"\nwindow = \"sliding\"\n")
+            .set("requests_per_minute", per_minute)
+            .provider("up", &up)
+            .route("r", &[("up", "m")], "")
     };
-    let served = FromFile::start(&config(2, "")).await;
+    let served = FromFile::start(&config(2)).await;
     for _ in 0..2 {
         assert_eq!(post(&served.gateway, &chat("r")).await.status(), 200);
     }
     assert_eq!(post(&served.gateway, &chat("r")).await.status(), 429);
 
     // One more a minute: the two already counted still count.
-    served.rewrite(&config(3, &route("fresh", &[("up", "m2")], "")));
+    served.rewrite(&config(3).route("fresh", &[("up", "m2")], ""));
     let (status, body) = served.reload().await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(post(&served.gateway, &chat("fresh")).await.status(), 200);
@@ -101,14 +99,13 @@ async fn retry_budget_counts_survive_a_reload_and_its_new_floor_applies_at_once(
     let secondary = FakeUpstream::new("secondary").start().await.unwrap();
     // Only the floor: `per_second` × 10 retries in place per 10 s.
     let config = |per_second: u32| {
-        format!(
-            "{}{}{}[breaker]\nconsecutive_failures = 1000000\nmin_requests = 1000000\n\
-             [retry]\nbudget_percent = 0\nmin_retries_per_second = {per_second}\n\
-             backoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n",
-            provider("primary", &primary),
-            provider("secondary", &secondary),
-            route("r", &[("primary", "m"), ("secondary", "m")], ""),
-        )
+        TestGateway::new()
+            .provider("primary", &primary)
+            .provider("secondary", &secondary)
+            .route("r", &[("primary", "m"), ("secondary", "m")], "")
+            .with("[breaker]\nconsecutive_failures = 1000000\nmin_requests = 1000000\n")
+            .with("[retry]\nbudget_percent = 0\nbackoff_base = \"1ms\"\nbackoff_max = \"5ms\"\n")
+            .set("min_retries_per_second", per_second)
     };
     let served = FromFile::start(&config(1)).await;
     let fall_back = async |requests: usize| {
