@@ -24,6 +24,7 @@ INSTR_SIZES=${INSTR_SIZES-"64 4k 32k 128k"}   # set but empty: no body-size scen
 INSTR_ESCAPED_SIZES=${INSTR_ESCAPED_SIZES-"128k"}
 INSTR_STREAM=${INSTR_STREAM:-1}          # 0: no stream scenario
 INSTR_PROXY=${INSTR_PROXY:-1}            # 0: no reference proxy line
+INSTR_CACHE=${INSTR_CACHE:-1}            # 0: no response-cache hit scenario
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-instr.XXXXXX")
 PIDS=()
@@ -129,6 +130,12 @@ for size in $INSTR_ESCAPED_SIZES; do
     python3 bench/bodies.py chat "$size" bench --escaped >"$WORK/body-$size-escaped.json"
     scenario "json $size escaped" "$WORK/body-$size-escaped.json"
 done
+# The 4 KB body on a route that caches (bench/lib.sh): the warm-up's first request keeps the
+# answer, and every measured one is a hit, next to "json 4k", the same request upstream.
+if [[ $INSTR_CACHE != 0 ]]; then
+    python3 bench/bodies.py chat 4k bench-cached >"$WORK/body-cached.json"
+    scenario "json 4k cache hit" "$WORK/body-cached.json"
+fi
 if [[ $INSTR_STREAM != 0 ]]; then
     python3 bench/bodies.py chat 4k bench-stream --stream >"$WORK/body-stream.json"
     scenario "stream 4k, $INSTR_EVENTS events" "$WORK/body-stream.json" --stream

@@ -216,6 +216,12 @@ steps = [{ provider = "json", model = "m" }]
 [[routes]]
 name = "bench-stream"
 steps = [{ provider = "sse", model = "m" }]
+
+# The same upstream as bench, with its answers kept: every request after the first hits.
+[[routes]]
+name = "bench-cached"
+steps = [{ provider = "json", model = "m" }]
+cache = { ttl = "1h", scope = "shared" }
 TOML
     if [[ -n $failing ]]; then
         cat >>"$WORK/gateway.toml" <<TOML

@@ -1,10 +1,11 @@
 //! The response cache: exact answers kept per route that opts in, scoped to the caller, and
 //! identical misses in flight coalesced into one upstream call.
 //!
-//! `key` names an entry (who may share it, the route, the endpoint and the canonical body),
+//! `key` names an entry (who may share it, the route, the endpoint and the `canonical` body),
 //! `memory` keeps entries in this process by bytes, least recently used first out, and
 //! `flight` makes identical misses wait for the first.
 
+mod canonical;
 mod flight;
 mod key;
 mod memory;
@@ -114,7 +115,7 @@ impl Cache {
                 };
             }
             let stored = || self.store.get(&key, Instant::now()).is_some();
-            match self.flights.join(key, stored) {
+            match self.flights.join(&key, stored) {
                 None => continue,
                 Some(Joined::Lead(lead)) => {
                     self.counts.misses.fetch_add(1, Ordering::Relaxed);
@@ -131,8 +132,8 @@ impl Cache {
     }
 
     /// The answer kept under `key`, without waiting on an identical miss in flight.
-    pub fn peek(&self, key: CacheKey) -> Option<Arc<Entry>> {
-        let entry = self.store.get(&key, Instant::now());
+    pub fn peek(&self, key: &CacheKey) -> Option<Arc<Entry>> {
+        let entry = self.store.get(key, Instant::now());
         let count = match entry {
             Some(_) => &self.counts.hits,
             None => &self.counts.misses,

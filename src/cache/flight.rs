@@ -32,18 +32,18 @@ pub struct Lead {
 impl Flights {
     /// Leads `key`'s flight when none is in the air, else waits on it. `stored` is asked
     /// once more under the lock, so a leader that stored and left just before is not missed.
-    pub fn join(&self, key: CacheKey, stored: impl FnOnce() -> bool) -> Option<Joined> {
+    pub fn join(&self, key: &CacheKey, stored: impl FnOnce() -> bool) -> Option<Joined> {
         let mut in_flight = lock(&self.in_flight);
-        if let Some(waiting) = in_flight.get(&key) {
+        if let Some(waiting) = in_flight.get(key) {
             return Some(Joined::Wait(waiting.clone()));
         }
         if stored() {
             return None;
         }
         let (done, waiting) = watch::channel(());
-        in_flight.insert(key, waiting);
+        in_flight.insert(key.clone(), waiting);
         Some(Joined::Lead(Lead {
-            key,
+            key: key.clone(),
             in_flight: self.in_flight.clone(),
             _done: done,
         }))

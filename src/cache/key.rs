@@ -1,8 +1,10 @@
 //! What makes two requests the same for the cache: who may share the answer, the route, the
 //! endpoint and its format, and the body in canonical form.
 
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, LazyLock};
+
+use super::canonical::append_canonical;
 
 use crate::config::CacheScope;
 use crate::providers::{ClientFormat, ClientRequest, Operation};
@@ -24,19 +26,45 @@ pub const IGNORED_FIELDS: &[&str] = &[
     "service_tier",
 ];
 
-/// A cache entry's name: a SHA-256 digest, so neither the prompt nor the caller can be read
-/// from it (it is a Redis key name in cluster mode).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CacheKey([u8; 32]);
+/// A cache entry's name: the request's whole form (who may share the answer, the route, the
+/// endpoint, the canonical body), and a hash of it. Two keys are equal only when their forms
+/// are, so a hash that collides costs a comparison, never another caller's answer.
+#[derive(Clone)]
+pub struct CacheKey {
+    hash: u64,
+    form: Arc<[u8]>,
+}
+
+impl CacheKey {
+    /// The bytes it takes to keep.
+    pub fn size(&self) -> usize {
+        self.form.len()
+    }
+}
+
+impl PartialEq for CacheKey {
+    fn eq(&self, other: &CacheKey) -> bool {
+        self.hash == other.hash && self.form == other.form
+    }
+}
+
+impl Eq for CacheKey {}
+
+impl Hash for CacheKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
 
 impl std::fmt::Debug for CacheKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for byte in &self.0[..8] {
-            write!(f, "{byte:02x}")?;
-        }
-        f.write_str("…")
+        write!(f, "{:016x}", self.hash)
     }
 }
+
+/// The hash of a request's form: seeded at random once per process, so no client can aim
+/// its requests at one slot of the map.
+static HASHER: LazyLock<foldhash::quality::RandomState> = LazyLock::new(Default::default);
 
 /// Whose answers a request may be served: the identity its scope names.
 pub fn identity(scope: CacheScope, key_id: Option<&str>, role: &str) -> String {
@@ -51,27 +79,24 @@ pub fn identity(scope: CacheScope, key_id: Option<&str>, role: &str) -> String {
 /// The key of `request` on `route` for callers of `identity`; `None` when the body cannot be
 /// read as JSON, which the request's own checks have refused before this.
 pub fn cache_key(identity: &str, route: &str, request: &ClientRequest) -> Option<CacheKey> {
-    let mut body: Map<String, Value> = serde_json::from_slice(request.body.raw()).ok()?;
-    for field in IGNORED_FIELDS {
-        body.remove(*field);
-    }
-    // serde_json's maps are ordered by key, so this writes the same bytes for bodies that
-    // differ only in key order or whitespace.
-    let canonical = serde_json::to_vec(&Value::Object(body)).ok()?;
-    let mut digest = Sha256::new();
+    let body = request.body.raw();
+    let mut form = Vec::with_capacity(body.len() + identity.len() + route.len() + 64);
     for part in [
-        identity.as_bytes(),
-        route.as_bytes(),
-        operation_name(request.operation).as_bytes(),
-        format_name(request.format).as_bytes(),
-        request.anthropic_beta.as_deref().unwrap_or("").as_bytes(),
+        identity,
+        route,
+        operation_name(request.operation),
+        format_name(request.format),
+        request.anthropic_beta.as_deref().unwrap_or(""),
     ] {
         // Each part's length first, so no two different lists of parts run together alike.
-        digest.update((part.len() as u64).to_le_bytes());
-        digest.update(part);
+        form.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        form.extend_from_slice(part.as_bytes());
     }
-    digest.update(&canonical);
-    Some(CacheKey(digest.finalize().into()))
+    let form = append_canonical(form, body, IGNORED_FIELDS)?;
+    Some(CacheKey {
+        hash: HASHER.hash_one(&form[..]),
+        form: Arc::from(form),
+    })
 }
 
 fn operation_name(operation: Operation) -> &'static str {
@@ -107,6 +132,18 @@ mod tests {
 
     fn key(identity: &str, body: &str) -> CacheKey {
         cache_key(identity, "r", &request(body)).unwrap()
+    }
+
+    #[test]
+    fn a_field_cannot_move_into_a_neighbouring_object() {
+        let inside = key("shared", r#"{"a":{"b":1},"c":2}"#);
+        let outside = key("shared", r#"{"a":{"b":1,"c":2}}"#);
+        assert_ne!(inside, outside);
+        assert_ne!(
+            key("shared", r#"{"a":["b","c"]}"#),
+            key("shared", r#"{"a":["bc"]}"#)
+        );
+        assert_ne!(key("shared", r#"{"a":"1"}"#), key("shared", r#"{"a":1}"#));
     }
 
     #[test]
@@ -146,6 +183,23 @@ mod tests {
             cache_key("shared", "r", &request(base)),
             cache_key("shared", "r", &anthropic),
         );
+    }
+
+    #[test]
+    fn keys_whose_hashes_collide_are_still_different_keys() {
+        let one = CacheKey {
+            hash: 7,
+            form: Arc::from(&b"one"[..]),
+        };
+        let other = CacheKey {
+            hash: 7,
+            form: Arc::from(&b"two"[..]),
+        };
+        assert_ne!(one, other);
+        let mut map = std::collections::HashMap::new();
+        map.insert(one.clone(), "one's answer");
+        assert_eq!(map.get(&other), None, "never another request's answer");
+        assert_eq!(map.get(&one), Some(&"one's answer"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Answers kept in this process, the least recently used evicted first, counted in bytes.
+//! Answers kept in this process, the least recently used evicted first, counted in bytes:
+//! each answer's, and its key's (the request's canonical form).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -51,14 +52,14 @@ impl MemoryStore {
     pub fn put(&self, key: CacheKey, entry: Arc<Entry>) -> Stored {
         let mut inner = self.lock();
         inner.remove(&key);
-        inner.bytes += entry.size();
+        inner.bytes += key.size() + entry.size();
         inner.entries.insert(key, entry);
         let mut stored = Stored::default();
         while inner.bytes > self.max_bytes {
-            let Some((_, evicted)) = inner.entries.remove_lru() else {
+            let Some((key, evicted)) = inner.entries.remove_lru() else {
                 break;
             };
-            inner.bytes -= evicted.size();
+            inner.bytes -= key.size() + evicted.size();
             stored.evicted += 1;
         }
         stored
@@ -71,7 +72,7 @@ impl MemoryStore {
             .entries
             .iter()
             .filter(|(_, entry)| matches(entry))
-            .map(|(key, _)| *key)
+            .map(|(key, _)| key.clone())
             .collect();
         for key in &doomed {
             inner.remove(key);
@@ -95,7 +96,7 @@ impl MemoryStore {
 impl Inner {
     fn remove(&mut self, key: &CacheKey) {
         if let Some(old) = self.entries.remove(key) {
-            self.bytes -= old.size();
+            self.bytes -= key.size() + old.size();
         }
     }
 }

@@ -159,7 +159,7 @@ async fn serve(
             Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss)),
         },
         Plan::Peek(key) => {
-            let kept = state.cache.peek(key);
+            let kept = state.cache.peek(&key);
             let body = kept
                 .as_ref()
                 .and_then(|entry| response_cache::body_for(&prepared.request, true, entry));

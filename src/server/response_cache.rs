@@ -114,7 +114,7 @@ fn directives(headers: &HeaderMap) -> (bool, bool) {
 impl Keep {
     /// The key a lookup needs.
     pub(super) fn key(&self) -> CacheKey {
-        self.key
+        self.key.clone()
     }
 
     /// The same, leading the key's flight.
