@@ -21,12 +21,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 use switchyard::keys::Secret;
 use switchyard::server::Gateway;
 use tracing_subscriber::fmt::MakeWriter;
 
-use keyed::{keyed_config, put_key, with_admin};
+use keyed::{keyed_config, keyed_primary, put_key, with_admin};
 use support::*;
 
 const TOKEN: &str = "admin-token-for-the-leak-test";
@@ -83,31 +83,23 @@ async fn the_secret_is_never_exposed() {
     tracing::subscriber::set_global_default(subscriber).expect("the first subscriber");
 
     // The primary takes only another key and echoes whatever it got back in its 401.
-    let primary = FakeUpstream::new("primary")
-        .require_key("sk-the-right-one-0000")
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(switchyard::fake::Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
+    let primary = keyed_primary("sk-the-right-one-0000").await;
+    let secondary = scripted("secondary", [switchyard::fake::Behavior::status(500)]).await;
     // A provider that takes the key, then echoes it (whole, then in part) in its answers.
     let echo = |message: &str| {
         json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string()
     };
-    let echoer = FakeUpstream::new("echoer")
-        .then(Behavior::status(400).body(&echo(&format!("bad key {FIRST}"))))
-        .then(Behavior::status(422).body(&echo("key ending FIRSTSECRET-7f3a9c")))
-        .then(
+    let echoer = scripted(
+        "echoer",
+        [
+            Behavior::status(400).body(&echo(&format!("bad key {FIRST}"))),
+            Behavior::status(422).body(&echo("key ending FIRSTSECRET-7f3a9c")),
             Behavior::ok()
                 .error_after(1)
                 .error_message(&format!("bad key {FIRST}")),
-        )
-        .start()
-        .await
-        .unwrap();
+        ],
+    )
+    .await;
     let db = std::env::temp_dir().join(format!("switchyard-leak-{}.db", uuid::Uuid::now_v7()));
     let config = keyed_config(&primary, &secondary)
         .with("[store]\n")

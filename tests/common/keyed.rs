@@ -20,6 +20,15 @@ pub fn keyed_config(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway
         .fast_retry()
 }
 
+/// A fake `primary` that answers only requests carrying `key`.
+pub async fn keyed_primary(key: &str) -> FakeHandle {
+    switchyard::fake::FakeUpstream::new("primary")
+        .require_key(key)
+        .start()
+        .await
+        .expect("fake starts")
+}
+
 /// Starts `config` with the admin API on, behind `token`.
 pub async fn with_admin(config: TestGateway, token: &str) -> Gateway {
     let options = StartOptions {

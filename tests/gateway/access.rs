@@ -3,7 +3,7 @@
 //! `/v1/models` that lists only what is allowed. And the bearer scheme in any case.
 
 use serde_json::Value;
-use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::fake::FakeHandle;
 use switchyard::server::Gateway;
 
 use super::support::*;
@@ -23,8 +23,8 @@ async fn routed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Ga
 
 async fn fakes() -> (FakeHandle, FakeHandle) {
     (
-        FakeUpstream::new("primary").start().await.unwrap(),
-        FakeUpstream::new("secondary").start().await.unwrap(),
+        scripted("primary", []).await,
+        scripted("secondary", []).await,
     )
 }
 

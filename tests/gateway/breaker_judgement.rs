@@ -22,13 +22,8 @@ async fn key(gateway: &Gateway, user: &str) -> String {
 
 /// Posts a chat request to `model` as the holder of `key`.
 async fn send(gateway: &Gateway, key: &str, model: &str) -> reqwest::Response {
-    client()
-        .post(format!("{}/v1/chat/completions", gateway.url()))
-        .bearer_auth(key)
-        .json(&chat(model))
-        .send()
-        .await
-        .unwrap()
+    let authorization = format!("Bearer {key}");
+    post_with(gateway, &chat(model), &[("authorization", &authorization)]).await
 }
 
 /// The breaker of `provider`'s only deployment.
@@ -70,7 +65,7 @@ async fn one_keys_slow_requests_do_not_open_the_breaker_for_other_keys() {
         script = script.then(Behavior::ok().delay_ms(20_000));
     }
     let primary = script.then(Behavior::ok()).start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = two_step_as(
         &primary,
         &secondary,
@@ -90,7 +85,7 @@ async fn one_keys_slow_requests_do_not_open_the_breaker_for_other_keys() {
             "1",
             "alice falls back"
         );
-        let row = record(&gateway, header(response, "x-switchyard-request-id")).await;
+        let row = record_of(&gateway, response).await;
         assert_eq!(row.attempts[0].failure, Some(FailureClass::Timeout));
     }
 
@@ -107,13 +102,7 @@ async fn one_keys_slow_requests_do_not_open_the_breaker_for_other_keys() {
 
 #[tokio::test]
 async fn failures_from_several_keys_still_open_it() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::ok())
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::ok(), Behavior::status(500)]).await;
     let gateway = two_step_as(
         &primary,
         &secondary,
@@ -137,18 +126,14 @@ async fn failures_from_several_keys_still_open_it() {
     }
     assert_eq!(breaker(&gateway, "primary").state, BreakerState::Open);
     let response = send(&gateway, &dave, "r").await;
-    let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
+    let row = record_of(&gateway, &response).await;
     assert_eq!(row.attempts[0].failure, Some(FailureClass::CircuitOpen));
 }
 
 #[tokio::test]
 async fn requests_cut_short_by_their_own_deadline_do_not_count() {
     // The answer starts at once but drips out for 10 s: each request's 3 s deadline ends it.
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::ok().chunks(20, 500))
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted("primary", [Behavior::ok().chunks(20, 500)]).await;
     let gateway = TestGateway::new()
         .provider("primary", &primary)
         .route("r", &[("primary", "model-a")], "")
@@ -168,17 +153,15 @@ async fn requests_cut_short_by_their_own_deadline_do_not_count() {
 
 #[tokio::test]
 async fn nine_streams_cut_mid_answer_open_the_breaker_and_count_as_failed_attempts() {
-    let primary = FakeUpstream::new("primary")
-        .then(
-            Behavior::ok()
-                .content("a b c d")
-                .chunks(4, 20)
-                .drop_after(2),
-        )
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted(
+        "primary",
+        [Behavior::ok()
+            .content("a b c d")
+            .chunks(4, 20)
+            .drop_after(2)],
+    )
+    .await;
+    let secondary = scripted("secondary", []).await;
     let gateway = two_step_as(&primary, &secondary, "", "consecutive_failures = 9").await;
     for _ in 0..9 {
         let response = post(&gateway, &chat_stream("r")).await;
@@ -221,8 +204,7 @@ async fn nine_streams_cut_mid_answer_open_the_breaker_and_count_as_failed_attemp
 
 #[tokio::test]
 async fn a_stream_that_ends_well_is_a_success_for_the_breaker() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([]).await;
     let gateway = two_step_as(&primary, &secondary, "", "consecutive_failures = 1").await;
     for _ in 0..3 {
         let response = post(&gateway, &chat_stream("r")).await;
@@ -240,12 +222,7 @@ async fn a_stream_that_ends_well_is_a_success_for_the_breaker() {
 
 #[tokio::test]
 async fn the_first_open_lasts_the_minimum_cooldown() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(500)]).await;
     let gateway = two_step_as(&primary, &secondary, "", "consecutive_failures = 1").await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(header(&response, "x-switchyard-step"), "1");

@@ -5,16 +5,14 @@
 //! Nothing sleeps to wait for an event. The only waits are for a cooldown to pass, and they
 //! last exactly as long as the gateway's own `next_probe_in_ms` says.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use serde_json::Value;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream, Script};
-use switchyard::keys::Secret;
 use switchyard::router::FailureClass;
-use switchyard::server::{Gateway, StartOptions};
+use switchyard::server::Gateway;
 
 use super::support::*;
 
@@ -22,40 +20,32 @@ const TOKEN: &str = "admin-token-for-tests";
 
 /// A gateway with the admin API on.
 async fn admin_gateway(config: &TestGateway) -> Gateway {
-    let config = config.config();
-    let options = StartOptions {
-        admin_token: Some(Secret::new(TOKEN)),
-        ..StartOptions::default()
-    };
-    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-    Gateway::start_with(config, addr, options)
-        .await
-        .expect("gateway starts")
+    start_with_admin(config, TOKEN).await
 }
 
 /// primary → secondary, with `breaker` as the `[breaker]` section's lines.
 async fn two_step_with(primary: &FakeHandle, secondary: &FakeHandle, breaker: &str) -> Gateway {
     let config = TestGateway::new()
-        .provider("primary", primary)
-        .provider("secondary", secondary)
-        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
-        .fast_retry()
+        .fallback_chain(primary, secondary, ["model-a", "model-b"])
         .with("[breaker]\n")
         .with(breaker);
     admin_gateway(&config).await
 }
 
+/// Route `r` as the one step `step` (its TOML) over the deployments of `providers`.
+async fn one_balanced_step(providers: [(&str, &FakeHandle); 2], step: &str) -> Gateway {
+    let config = providers
+        .into_iter()
+        .fold(TestGateway::new(), |config, (name, fake)| {
+            config.provider(name, fake)
+        })
+        .with(&format!("[[routes]]\nname = \"r\"\nsteps = [{step}]\n"));
+    admin_gateway(&config).await
+}
+
 /// `GET /admin/breakers`'s entry for `provider`.
 async fn breaker(gateway: &Gateway, provider: &str) -> Value {
-    let body: Value = client()
-        .get(format!("{}/admin/breakers", gateway.url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = get_json(&format!("{}/admin/breakers", gateway.url()), TOKEN).await;
     body["breakers"]
         .as_array()
         .and_then(|all| all.iter().find(|b| b["provider"] == provider))
@@ -81,12 +71,7 @@ async fn timed(gateway: &Gateway, model: &str) -> (reqwest::Response, Duration) 
 
 #[tokio::test]
 async fn an_open_primary_is_skipped_and_costs_nothing() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500).delay_ms(300))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(500).delay_ms(300)]).await;
     let gateway = two_step_with(
         &primary,
         &secondary,
@@ -110,7 +95,7 @@ async fn an_open_primary_is_skipped_and_costs_nothing() {
         assert_eq!(header(&response, "x-switchyard-step"), "1");
         assert_eq!(header(&response, "x-switchyard-provider"), "secondary");
         assert_eq!(header(&response, "x-switchyard-attempts"), "1");
-        let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
+        let row = record_of(&gateway, &response).await;
         assert_eq!(row.attempts[0].failure, Some(FailureClass::CircuitOpen));
         assert!(!row.attempts[0].reached_upstream());
     }
@@ -130,7 +115,7 @@ async fn after_the_cooldown_twenty_concurrent_requests_send_one_probe() {
         .start()
         .await
         .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = two_step_with(
         &primary,
         &secondary,
@@ -165,16 +150,8 @@ async fn after_the_cooldown_twenty_concurrent_requests_send_one_probe() {
 
 #[tokio::test]
 async fn when_every_step_is_open_the_soonest_is_probed_and_recovers() {
-    let a = FakeUpstream::new("a")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let b = FakeUpstream::new("b")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
+    let a = scripted("a", [Behavior::status(500)]).await;
+    let b = scripted("b", [Behavior::status(500)]).await;
     let config = TestGateway::new()
         .provider("a", &a)
         .provider("b", &b)
@@ -220,16 +197,8 @@ async fn when_every_step_is_open_the_soonest_is_probed_and_recovers() {
 
 #[tokio::test]
 async fn a_stream_skips_an_open_primary_too() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::ok().content("from the secondary"))
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted("primary", [Behavior::status(500)]).await;
+    let secondary = scripted("secondary", [Behavior::ok().content("from the secondary")]).await;
     let gateway = two_step_with(&primary, &secondary, "consecutive_failures = 1").await;
     post(&gateway, &chat_stream("r"))
         .await
@@ -246,17 +215,17 @@ async fn a_stream_skips_an_open_primary_too() {
 
 #[tokio::test]
 async fn weights_split_a_thousand_requests_as_configured() {
-    let a = FakeUpstream::new("a").start().await.unwrap();
-    let b = FakeUpstream::new("b").start().await.unwrap();
-    let config = TestGateway::new()
-        .provider("a", &a)
-        .provider("b", &b)
-        .with(concat!(
-            "[[routes]]\nname = \"r\"\nsteps = [{ deployments = [",
+    let a = scripted("a", []).await;
+    let b = scripted("b", []).await;
+    let gateway = one_balanced_step(
+        [("a", &a), ("b", &b)],
+        concat!(
+            "{ deployments = [",
             "{ provider = \"a\", model = \"big\", weight = 3 }, ",
-            "{ provider = \"b\", model = \"small\", weight = 1 }] }]\n",
-        ));
-    let gateway = admin_gateway(&config).await;
+            "{ provider = \"b\", model = \"small\", weight = 1 }] }",
+        ),
+    )
+    .await;
     let http = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
     let served: Vec<String> = futures_util::stream::iter(0..1000)
@@ -285,21 +254,17 @@ async fn weights_split_a_thousand_requests_as_configured() {
 
 #[tokio::test]
 async fn latency_balance_sends_traffic_to_the_fastest() {
-    let slow = FakeUpstream::new("slow")
-        .then(Behavior::ok().delay_ms(600))
-        .start()
-        .await
-        .unwrap();
-    let fast = FakeUpstream::new("fast").start().await.unwrap();
-    let config = TestGateway::new()
-        .provider("slow", &slow)
-        .provider("fast", &fast)
-        .with(concat!(
-            "[[routes]]\nname = \"r\"\nsteps = [{ deployments = [",
+    let slow = scripted("slow", [Behavior::ok().delay_ms(600)]).await;
+    let fast = scripted("fast", []).await;
+    let gateway = one_balanced_step(
+        [("slow", &slow), ("fast", &fast)],
+        concat!(
+            "{ deployments = [",
             "{ provider = \"slow\", model = \"m\" }, { provider = \"fast\", model = \"m\" }], ",
-            "balance = \"latency\" }]\n",
-        ));
-    let gateway = admin_gateway(&config).await;
+            "balance = \"latency\" }",
+        ),
+    )
+    .await;
     for _ in 0..10 {
         assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     }
@@ -319,19 +284,15 @@ async fn latency_balance_sends_traffic_to_the_fastest() {
 
 #[tokio::test]
 async fn a_429_benches_the_primary_without_opening_it() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429).header("retry-after", "60"))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) =
+        primary_and_secondary([Behavior::status(429).header("retry-after", "60")]).await;
     let gateway = two_step_with(&primary, &secondary, "consecutive_failures = 1").await;
     // 60 s is past the deadline: no wait, straight to the secondary.
     let first = post(&gateway, &chat("r")).await;
     assert_eq!(header(&first, "x-switchyard-step"), "1");
     let second = post(&gateway, &chat("r")).await;
     assert_eq!(header(&second, "x-switchyard-attempts"), "1");
-    let row = record(&gateway, header(&second, "x-switchyard-request-id")).await;
+    let row = record_of(&gateway, &second).await;
     assert_eq!(row.attempts[0].failure, Some(FailureClass::Benched));
     assert_eq!(primary.calls(), 1);
     let entry = breaker(&gateway, "primary").await;
@@ -344,12 +305,7 @@ async fn a_429_benches_the_primary_without_opening_it() {
 
 #[tokio::test]
 async fn operators_see_and_reset_breakers_behind_the_admin_token() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(503))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(503)]).await;
     // The first open lasts `cooldown_min`: pinned to a minute here, to read it back.
     let gateway = two_step_with(
         &primary,
@@ -403,7 +359,7 @@ async fn operators_see_and_reset_breakers_behind_the_admin_token() {
 
 #[tokio::test]
 async fn the_admin_api_is_off_without_a_token() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = TestGateway::new()
         .provider("up", &fake)
         .route("r", &[("up", "m")], "")

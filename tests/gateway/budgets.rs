@@ -11,7 +11,7 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 use switchyard::budgets::{Budget, Period, RedisBudgets, Verdict};
 use switchyard::config::{DEFAULT_LEASE, RedisTarget};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::limits::RedisLimiter;
 use switchyard::server::Gateway;
 
@@ -39,11 +39,7 @@ fn ask(model: &str, max_tokens: u64) -> Value {
 }
 
 async fn five_word_fake() -> FakeHandle {
-    FakeUpstream::new("up")
-        .then(Behavior::ok().content(FIVE_WORDS))
-        .start()
-        .await
-        .unwrap()
+    scripted("up", [Behavior::ok().content(FIVE_WORDS)]).await
 }
 
 /// Sends `count` requests at once, round-robin over `gateways`; the 200s and the 402s.
@@ -93,11 +89,7 @@ async fn fifty_concurrent_requests_against_a_budget_for_twenty_admit_exactly_twe
 
 #[tokio::test]
 async fn settling_returns_the_unused_part_to_the_next_requests() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("two words"))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().content("two words")]).await;
     // Each request reserves $0.010 and costs $0.002: by reservations alone two fit in
     // $0.025; settled, eight do (the eighth reserves on top of $0.014 spent).
     let gateway = config(&fake, 0.025).start().await;
@@ -118,17 +110,17 @@ async fn settling_returns_the_unused_part_to_the_next_requests() {
 
 #[tokio::test]
 async fn a_stream_cut_mid_way_keeps_its_whole_reservation() {
-    let fake = FakeUpstream::new("up")
-        .then(
+    let fake = scripted(
+        "up",
+        [
             Behavior::ok()
                 .content(FIVE_WORDS)
                 .chunks(5, 50)
                 .drop_after(2),
-        )
-        .then(Behavior::ok().content(FIVE_WORDS))
-        .start()
-        .await
-        .unwrap();
+            Behavior::ok().content(FIVE_WORDS),
+        ],
+    )
+    .await;
     let gateway = config(&fake, 0.025).start().await;
     let mut body = ask("r", 10);
     body["stream"] = json!(true);
@@ -368,11 +360,7 @@ mod redis {
         if !services::redis_reachable("settling_on_redis_returns_the_unused_part") {
             return;
         }
-        let fake = FakeUpstream::new("up")
-            .then(Behavior::ok().content("two words"))
-            .start()
-            .await
-            .unwrap();
+        let fake = scripted("up", [Behavior::ok().content("two words")]).await;
         let prefix = prefix();
         let config = on_redis(config(&fake, 0.025), &prefix);
         let gateways = [config.start().await, config.start().await];
@@ -403,12 +391,15 @@ mod redis {
             per_month: None,
         };
         let owner = "user:anonymous";
+        let reserve = async |request: &str, cents: u64| {
+            budgets
+                .reserve(owner, request, cents, budget)
+                .await
+                .unwrap()
+        };
         for _ in 0..3 {
             // A retried admission of the same request reserves once.
-            let verdict = budgets
-                .reserve(owner, "req-1", 10_000, budget)
-                .await
-                .unwrap();
+            let verdict = reserve("req-1", 10_000).await;
             assert_eq!(
                 verdict,
                 Verdict::Reserved {
@@ -417,14 +408,8 @@ mod redis {
             );
         }
         assert_eq!(spent_today(&prefix).await, 10_000);
-        budgets
-            .reserve(owner, "req-2", 10_000, budget)
-            .await
-            .unwrap();
-        let third = budgets
-            .reserve(owner, "req-3", 10_000, budget)
-            .await
-            .unwrap();
+        reserve("req-2", 10_000).await;
+        let third = reserve("req-3", 10_000).await;
         assert!(
             matches!(third, Verdict::Exceeded { spent: 20_000, .. }),
             "{third:?}"
@@ -433,17 +418,11 @@ mod redis {
         assert!(budgets.try_settle(owner, "req-1", 2_000).await.unwrap());
         assert!(!budgets.try_settle(owner, "req-1", 2_000).await.unwrap());
         assert_eq!(spent_today(&prefix).await, 12_000);
-        budgets
-            .reserve(owner, "req-1", 10_000, budget)
-            .await
-            .unwrap();
+        reserve("req-1", 10_000).await;
         assert_eq!(spent_today(&prefix).await, 12_000);
         // A settlement of a request never reserved changes nothing.
         assert!(!budgets.try_settle(owner, "req-9", 0).await.unwrap());
-        let never = budgets
-            .reserve(owner, "req-4", 30_000, budget)
-            .await
-            .unwrap();
+        let never = reserve("req-4", 30_000).await;
         assert_eq!(
             never,
             Verdict::NeverFits {

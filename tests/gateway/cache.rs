@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 use switchyard::telemetry::CacheStatus;
@@ -46,7 +46,7 @@ async fn send(gateway: &Gateway, body: &Value, headers: &[(&str, &str)]) -> (Str
 
 #[tokio::test]
 async fn an_identical_request_hits_and_a_different_one_misses() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
 
     let first = post_with(&gateway, &ask("hello"), &[]).await;
@@ -74,12 +74,8 @@ async fn an_identical_request_hits_and_a_different_one_misses() {
 
 #[tokio::test]
 async fn a_route_without_cache_says_nothing_and_keeps_nothing() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
-    let gateway = TestGateway::new()
-        .provider("p", &fake)
-        .route("r", &[("p", "m")], "")
-        .start()
-        .await;
+    let fake = scripted("p", []).await;
+    let gateway = one_route("p", &fake, "r", "m").await;
     for _ in 0..2 {
         let response = post_with(&gateway, &ask("hello"), &[]).await;
         assert_eq!(response.status(), 200);
@@ -90,7 +86,7 @@ async fn a_route_without_cache_says_nothing_and_keeps_nothing() {
 
 /// Keys of two users on one route: `scope` says whether they share entries.
 async fn two_keys_ask_the_same(scope: &str) -> (Vec<String>, usize) {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = cached(&fake, &format!(r#"{{ ttl = "1h", scope = "{scope}" }}"#))
         .with("[auth]\nrequired = true\n")
         .start()
@@ -124,7 +120,7 @@ async fn keys_share_entries_on_a_shared_route_and_within_a_role() {
 
 #[tokio::test]
 async fn fifty_concurrent_identical_misses_make_one_upstream_call() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = cached(&fake, r#"{ ttl = "1h", scope = "shared" }"#)
         .start()
         .await;
@@ -153,12 +149,7 @@ async fn failed_answers_are_never_kept() {
         Behavior::status(429),
         Behavior::status(400),
     ] {
-        let fake = FakeUpstream::new("p")
-            .then(failure.clone())
-            .then(Behavior::ok())
-            .start()
-            .await
-            .unwrap();
+        let fake = scripted("p", [failure.clone(), Behavior::ok()]).await;
         let gateway = cached(&fake, r#"{ ttl = "1h" }"#)
             .with("[retry]\nattempts_per_step = 1\n")
             .start()
@@ -175,15 +166,7 @@ async fn failed_answers_are_never_kept() {
 
 #[tokio::test]
 async fn a_degraded_answer_and_a_filtered_one_are_not_kept() {
-    let fake = FakeUpstream::new("p")
-        .then(Behavior::status(503))
-        .then(Behavior::ok().body(
-            r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]}"#,
-        ))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("p", [Behavior::status(503), Behavior::ok().body( r#"{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":""},"finish_reason":"content_filter"}]}"#, ), Behavior::ok()]).await;
     let gateway = TestGateway::new()
         .provider("p", &fake)
         .route(
@@ -207,7 +190,7 @@ async fn a_degraded_answer_and_a_filtered_one_are_not_kept() {
 
 #[tokio::test]
 async fn no_store_neither_reads_nor_writes_and_no_cache_writes_without_reading() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
     let no_store = [("cache-control", "no-store")];
     let no_cache = [("cache-control", "max-age=0, No-Cache")];
@@ -231,11 +214,7 @@ async fn no_store_neither_reads_nor_writes_and_no_cache_writes_without_reading()
 
 /// A fake that answers `content`, behind route `r`, which caches.
 async fn answering(content: &str) -> (FakeHandle, Gateway) {
-    let fake = FakeUpstream::new("p")
-        .then(Behavior::ok().content(content))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("p", [Behavior::ok().content(content)]).await;
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
     (fake, gateway)
 }
@@ -278,7 +257,7 @@ async fn a_kept_message_is_replayed_as_messages_events() {
 
 #[tokio::test]
 async fn a_stream_that_misses_goes_upstream_and_is_not_kept_yet() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
     let mut body = ask("hello");
     body["stream"] = json!(true);
@@ -295,7 +274,7 @@ async fn a_stream_that_misses_goes_upstream_and_is_not_kept_yet() {
 
 #[tokio::test]
 async fn the_admin_api_reports_the_cache_and_purges_it() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let config = cached(&fake, r#"{ ttl = "1h" }"#).route(
         "other",
         &[("p", "m")],

@@ -2,7 +2,7 @@
 //! it, `retry-after-ms` beside every `retry-after` of a 429, and `x-should-retry: false` once
 //! the chain has already spent the request's retries.
 
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 
 use super::support::*;
 
@@ -32,7 +32,7 @@ fn one_attempt_each(first: (&str, &FakeHandle), second: (&str, &FakeHandle)) -> 
 
 #[tokio::test]
 async fn the_request_id_is_also_x_request_id_on_answers_and_refusals() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let gateway = to_up(&up).start().await;
     for (model, status) in [("r", 200), ("no-such-route", 404)] {
         let response = post(&gateway, &chat(model)).await;
@@ -45,7 +45,7 @@ async fn the_request_id_is_also_x_request_id_on_answers_and_refusals() {
 
 #[tokio::test]
 async fn a_429_from_the_limits_carries_retry_after_ms_too() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let gateway = to_up(&up)
         .with("[[roles]]\nname = \"default\"\nrequests_per_minute = 1\nwindow = \"sliding\"\n")
         .start()
@@ -64,11 +64,7 @@ async fn a_429_from_the_limits_carries_retry_after_ms_too() {
 
 #[tokio::test]
 async fn an_exhausted_chain_tells_sdks_not_to_retry() {
-    let down = FakeUpstream::new("down")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
+    let down = scripted("down", [Behavior::status(500)]).await;
     let gateway = to_down(&down, "").start().await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 503);
@@ -77,11 +73,7 @@ async fn an_exhausted_chain_tells_sdks_not_to_retry() {
 
 #[tokio::test]
 async fn the_degraded_answer_has_the_fields_openais_schema_requires() {
-    let down = FakeUpstream::new("down")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
+    let down = scripted("down", [Behavior::status(500)]).await;
     let gateway = to_down(&down, "degraded = { content = \"later\" }")
         .start()
         .await;
@@ -96,7 +88,7 @@ async fn the_degraded_answer_has_the_fields_openais_schema_requires() {
 
 #[tokio::test]
 async fn a_404_under_an_anthropic_path_is_in_anthropics_shape() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let gateway = gateway(&provider("up", &up)).await;
     let response = post_to(&gateway, "/v1/messages/no-such-thing", &message("m", false)).await;
     assert_eq!(response.status(), 404);
@@ -107,7 +99,7 @@ async fn a_404_under_an_anthropic_path_is_in_anthropics_shape() {
 
 #[tokio::test]
 async fn one_model_can_be_retrieved_by_its_id() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let gateway = to_up(&up).start().await;
     for id in ["r", "up/m"] {
         let response = client()
@@ -132,16 +124,8 @@ async fn one_model_can_be_retrieved_by_its_id() {
 
 #[tokio::test]
 async fn rate_limited_at_every_step_is_a_429_with_the_soonest_retry() {
-    let slow = FakeUpstream::new("slow")
-        .then(Behavior::status(429).header("retry-after", "30"))
-        .start()
-        .await
-        .unwrap();
-    let soon = FakeUpstream::new("soon")
-        .then(Behavior::status(429).header("retry-after", "7"))
-        .start()
-        .await
-        .unwrap();
+    let slow = scripted("slow", [Behavior::status(429).header("retry-after", "30")]).await;
+    let soon = scripted("soon", [Behavior::status(429).header("retry-after", "7")]).await;
     let gateway = one_attempt_each(("slow", &slow), ("soon", &soon))
         .start()
         .await;
@@ -154,11 +138,7 @@ async fn rate_limited_at_every_step_is_a_429_with_the_soonest_retry() {
     assert_eq!(body["error"]["code"], "upstream_rate_limited", "{body}");
 
     // One step rate-limited and one broken is still the gateway's 503.
-    let broken = FakeUpstream::new("broken")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
+    let broken = scripted("broken", [Behavior::status(500)]).await;
     let mixed = one_attempt_each(("soon", &soon), ("broken", &broken))
         .start()
         .await;

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::json;
-use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::fake::FakeHandle;
 use switchyard::store::postgres::testdb::TestDb;
 use tokio::time::Instant;
 
@@ -99,7 +99,7 @@ async fn three_instances_starting_at_once_on_an_empty_database_migrate_it_once()
     else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateways = instances(&config(&db, &provider("up", &fake), false), 3);
     for gateway in &gateways {
         gateway.ready().await;
@@ -139,7 +139,7 @@ async fn three_thousand_requests_over_three_instances_are_three_thousand_rows() 
     else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateways = instances(&config(&db, &provider("up", &fake), false), 3);
     let urls: Vec<String> = gateways.iter().map(|g| g.url.clone()).collect();
     let workers = (0..30).map(|worker| {
@@ -219,7 +219,7 @@ async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within_a_s
     else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let config = member(&db, false)
         .provider_at("up", &fake.base_url(), "")
         .route("r", &[("up", "m")], "");

@@ -2,7 +2,7 @@
 //! failing Anthropic primary handing over to an OpenAI secondary.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::router::FailureClass;
 
 use super::support::*;
@@ -23,12 +23,8 @@ async fn chain(
 }
 
 async fn fakes(primary: Behavior) -> (FakeHandle, FakeHandle) {
-    let primary = FakeUpstream::new("primary")
-        .then(primary)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", [primary]).await;
+    let secondary = scripted("secondary", []).await;
     (primary, secondary)
 }
 
@@ -181,18 +177,15 @@ async fn an_untranslatable_field_is_a_400_naming_it() {
 
 #[tokio::test]
 async fn anthropic_keys_go_in_x_api_key() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let gateway = TestGateway::new()
-        .with("[[providers]]\nname = \"claude\"\nkind = \"anthropic\"\n")
-        .set("base_url", primary.root_url())
-        .with("anthropic_version = \"2023-06-01\"\ndefault_max_tokens = 64\n")
-        .route("r", &[("claude", "claude-x")], "")
-        .start()
-        .await;
-    gateway
-        .put_provider_key("claude", "k", "sk-ant-test")
-        .await
-        .unwrap();
+    let primary = scripted("primary", []).await;
+    let gateway = keyed_vendor(
+        &primary,
+        ["anthropic", "claude"],
+        "anthropic_version = \"2023-06-01\"\ndefault_max_tokens = 64\n",
+        "claude-x",
+        "sk-ant-test",
+    )
+    .await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let sent = &primary.requests()[0];
@@ -260,13 +253,15 @@ async fn gemini_failures_are_classified_like_any_provider() {
             "{status}"
         );
     }
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429).header("retry-after", "0"))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted(
+        "primary",
+        [
+            Behavior::status(429).header("retry-after", "0"),
+            Behavior::ok(),
+        ],
+    )
+    .await;
+    let secondary = scripted("secondary", []).await;
     let gateway = chain("gemini", &primary, &secondary).await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(header(&response, "x-switchyard-step"), "0");
@@ -282,18 +277,15 @@ async fn gemini_failures_are_classified_like_any_provider() {
 
 #[tokio::test]
 async fn azure_gets_deployment_urls_and_the_api_key_header() {
-    let primary = FakeUpstream::new("azure").start().await.unwrap();
-    let gateway = TestGateway::new()
-        .with("[[providers]]\nname = \"az\"\nkind = \"azure\"\n")
-        .set("base_url", primary.root_url())
-        .with("api_version = \"2024-10-21\"\n")
-        .route("r", &[("az", "gpt-4o-prod")], "")
-        .start()
-        .await;
-    gateway
-        .put_provider_key("az", "k", "azure-key")
-        .await
-        .unwrap();
+    let primary = scripted("azure", []).await;
+    let gateway = keyed_vendor(
+        &primary,
+        ["azure", "az"],
+        "api_version = \"2024-10-21\"\n",
+        "gpt-4o-prod",
+        "azure-key",
+    )
+    .await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
@@ -312,4 +304,26 @@ async fn azure_gets_deployment_urls_and_the_api_key_header() {
             .unwrap(),
     );
     assert_eq!(streamed_text(&events), "Hello from azure!");
+}
+
+/// Route `r` = `model` on the one provider `[kind, name]` at `fake` (its `extra` lines
+/// added), whose key `key` is put in the store.
+async fn keyed_vendor(
+    fake: &FakeHandle,
+    [kind, name]: [&str; 2],
+    extra: &str,
+    model: &str,
+    key: &str,
+) -> switchyard::server::Gateway {
+    let gateway = TestGateway::new()
+        .with("[[providers]]\n")
+        .set("name", name)
+        .set("kind", kind)
+        .set("base_url", fake.root_url())
+        .with(extra)
+        .route("r", &[(name, model)], "")
+        .start()
+        .await;
+    gateway.put_provider_key(name, "k", key).await.unwrap();
+    gateway
 }

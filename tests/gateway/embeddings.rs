@@ -1,18 +1,14 @@
 //! `POST /v1/embeddings` through chains: the OpenAI family passed through, Gemini translated.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 
 use super::support::*;
 
 #[tokio::test]
 async fn openai_family_embeddings_pass_through_with_the_model_rewritten() {
-    let fake = FakeUpstream::new("emb").start().await.unwrap();
-    let gateway = TestGateway::new()
-        .provider("emb", &fake)
-        .route("vectors", &[("emb", "text-embedding-3-small")], "")
-        .start()
-        .await;
+    let fake = scripted("emb", []).await;
+    let gateway = one_route("emb", &fake, "vectors", "text-embedding-3-small").await;
     let request = json!({"model": "vectors", "input": ["a", "bb"], "encoding_format": "float"});
     let response = post_to(&gateway, "/v1/embeddings", &request).await;
     assert_eq!(response.status(), 200);
@@ -27,12 +23,8 @@ async fn openai_family_embeddings_pass_through_with_the_model_rewritten() {
 
 #[tokio::test]
 async fn gemini_embeddings_are_translated_and_fall_back_like_chat() {
-    let broken = FakeUpstream::new("broken")
-        .then(Behavior::status(503))
-        .start()
-        .await
-        .unwrap();
-    let gemini = FakeUpstream::new("gemini").start().await.unwrap();
+    let broken = scripted("broken", [Behavior::status(503)]).await;
+    let gemini = scripted("gemini", []).await;
     let gateway = TestGateway::new()
         .provider("broken", &broken)
         .provider_of("gemini", "gemini", &gemini)
@@ -75,7 +67,7 @@ async fn gemini_embeddings_are_translated_and_fall_back_like_chat() {
 
 #[tokio::test]
 async fn an_anthropic_step_cannot_embed_and_bad_input_is_a_400() {
-    let fake = FakeUpstream::new("claude").start().await.unwrap();
+    let fake = scripted("claude", []).await;
     let gateway = TestGateway::new()
         .provider_of("anthropic", "claude", &fake)
         .route("vectors", &[("claude", "claude-x")], "")

@@ -7,11 +7,7 @@ use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use super::support::*;
 
 async fn fake(name: &str, behavior: Behavior) -> FakeHandle {
-    FakeUpstream::new(name)
-        .then(behavior)
-        .start()
-        .await
-        .unwrap()
+    scripted(name, [behavior]).await
 }
 
 async fn get_with(
@@ -159,7 +155,7 @@ async fn legacy_completions_pass_through_to_openai_steps_with_fallback() {
         .start()
         .await
         .unwrap();
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let gateway = TestGateway::new()
         .provider("down", &down)
         .provider("up", &up)
@@ -209,18 +205,20 @@ async fn legacy_completions_are_refused_for_other_kinds() {
 
 #[tokio::test]
 async fn the_upstreams_request_id_comes_back_on_answers_and_errors() {
-    let up = FakeUpstream::new("up")
-        .then(Behavior::ok().header("x-request-id", "req_openai_1"))
-        .then(Behavior::ok().header("x-request-id", "req_openai_2"))
-        .then(Behavior::status(400).header("x-request-id", "req_openai_3"))
-        .start()
-        .await
-        .unwrap();
-    let claude = FakeUpstream::new("claude")
-        .then(Behavior::ok().header("request-id", "req_011CSHoEeqs5C35K2UUqR7Fy"))
-        .start()
-        .await
-        .unwrap();
+    let up = scripted(
+        "up",
+        [
+            Behavior::ok().header("x-request-id", "req_openai_1"),
+            Behavior::ok().header("x-request-id", "req_openai_2"),
+            Behavior::status(400).header("x-request-id", "req_openai_3"),
+        ],
+    )
+    .await;
+    let claude = scripted(
+        "claude",
+        [Behavior::ok().header("request-id", "req_011CSHoEeqs5C35K2UUqR7Fy")],
+    )
+    .await;
     let gateway = to_up(&up, "r", "m")
         .provider_of("anthropic", "claude", &claude)
         .route("c", &[("claude", "claude-x")], "")

@@ -3,8 +3,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::router::FailureClass;
+use switchyard::server::Gateway;
 
 use super::support::*;
 
@@ -40,12 +41,7 @@ fn keyed_chain(primary: &FakeHandle, secondary: &FakeHandle, models: [&str; 2]) 
 
 /// Runs one request through primary → secondary with the primary scripted as `behavior`.
 async fn primary_answers(behavior: Behavior) -> (reqwest::Response, usize, usize) {
-    let primary = FakeUpstream::new("primary")
-        .then(behavior)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([behavior]).await;
     let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
     let response = post(&gateway, &chat("r")).await;
     (response, primary.calls(), secondary.calls())
@@ -67,13 +63,11 @@ async fn a_500_falls_back_to_step_1_after_one_call() {
 
 #[tokio::test]
 async fn a_429_with_retry_after_is_retried_on_the_same_step() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429).header("retry-after", "1"))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([
+        Behavior::status(429).header("retry-after", "1"),
+        Behavior::ok(),
+    ])
+    .await;
     let gateway = two_step(&primary, &secondary, "").await;
     let started = Instant::now();
     let response = post(&gateway, &chat("r")).await;
@@ -104,13 +98,11 @@ async fn overload_and_server_errors_move_to_the_next_step() {
 
 #[tokio::test]
 async fn a_503_with_retry_after_is_retried_first() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(503).header("retry-after", "0"))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([
+        Behavior::status(503).header("retry-after", "0"),
+        Behavior::ok(),
+    ])
+    .await;
     let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(header(&response, "x-switchyard-step"), "0");
@@ -131,9 +123,17 @@ async fn a_malformed_success_moves_to_the_next_step() {
     assert_eq!(secondary, 1);
 }
 
+/// Posts one request and checks that step 1 served it after step 0 failed as `class`.
+async fn assert_step_1_served_after(gateway: &Gateway, class: FailureClass) {
+    let response = post(gateway, &chat("r")).await;
+    assert_eq!(header(&response, "x-switchyard-step"), "1");
+    let row = record_of(gateway, &response).await;
+    assert_eq!(row.attempts[0].failure, Some(class));
+}
+
 #[tokio::test]
 async fn a_refused_connection_moves_to_the_next_step() {
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     // Nothing listens on the dead provider's port.
     let gateway = TestGateway::new()
         .dead_provider("dead")
@@ -142,37 +142,20 @@ async fn a_refused_connection_moves_to_the_next_step() {
         .fast_retry()
         .start()
         .await;
-    let response = post(&gateway, &chat("r")).await;
-    assert_eq!(header(&response, "x-switchyard-step"), "1");
-    let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
-    assert_eq!(row.attempts[0].failure, Some(FailureClass::Connect));
+    assert_step_1_served_after(&gateway, FailureClass::Connect).await;
 }
 
 #[tokio::test]
 async fn no_headers_within_the_attempt_timeout_moves_on() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::ok().delay_ms(30_000))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::ok().delay_ms(30_000)]).await;
     let retry = "[retry]\nattempt_timeout = \"300ms\"\nrequest_deadline = \"10s\"\n";
     let gateway = two_step(&primary, &secondary, retry).await;
-    let response = post(&gateway, &chat("r")).await;
-    assert_eq!(header(&response, "x-switchyard-step"), "1");
-    let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
-    assert_eq!(row.attempts[0].failure, Some(FailureClass::Timeout));
+    assert_step_1_served_after(&gateway, FailureClass::Timeout).await;
 }
 
 #[tokio::test]
 async fn a_401_benches_the_key_and_tries_the_next_one() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(401))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(401), Behavior::ok()]).await;
     let gateway = keyed_chain(&primary, &secondary, ["m", "m"]).start().await;
     // Keys load in id order, and equal weights start with the first: the revoked one.
     gateway
@@ -209,12 +192,7 @@ async fn a_401_benches_the_key_and_tries_the_next_one() {
 
 #[tokio::test]
 async fn a_403_on_the_only_key_moves_to_the_next_step_and_benches_it() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(403))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(403)]).await;
     let gateway = keyed_chain(&primary, &secondary, ["m", "m"]).start().await;
     gateway
         .put_provider_key("primary", "only", "sk-only-0003")
@@ -226,7 +204,7 @@ async fn a_403_on_the_only_key_moves_to_the_next_step_and_benches_it() {
     let second = post(&gateway, &chat("r")).await;
     assert_eq!(header(&second, "x-switchyard-step"), "1");
     assert_eq!(primary.calls(), 1, "a benched key is not sent again");
-    let row = record(&gateway, header(&second, "x-switchyard-request-id")).await;
+    let row = record_of(&gateway, &second).await;
     assert_eq!(row.attempts[0].failure, Some(FailureClass::Benched));
 }
 
@@ -240,12 +218,8 @@ async fn a_404_model_not_found_moves_to_the_next_step() {
 #[tokio::test]
 async fn context_length_falls_back_only_when_the_route_says_so() {
     for (allowed, expected_status, expected_secondary) in [(true, 200, 1), (false, 400, 0)] {
-        let primary = FakeUpstream::new("primary")
-            .then(Behavior::context_length_exceeded())
-            .start()
-            .await
-            .unwrap();
-        let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+        let (primary, secondary) =
+            primary_and_secondary([Behavior::context_length_exceeded()]).await;
         let extra = format!("fallback_on_context_length = {allowed}");
         let gateway = chain(&primary, &secondary, ["m", "m"], &extra)
             .start()
@@ -280,16 +254,8 @@ async fn other_4xx_are_returned_as_is_without_fallback() {
 
 #[tokio::test]
 async fn exhaustion_without_a_degraded_tier_is_a_503_naming_each_failure() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::status(502))
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted("primary", [Behavior::status(500)]).await;
+    let secondary = scripted("secondary", [Behavior::status(502)]).await;
     let gateway = keyed_chain(&primary, &secondary, ["model-a", "model-b"])
         .start()
         .await;
@@ -309,24 +275,25 @@ async fn exhaustion_without_a_degraded_tier_is_a_503_naming_each_failure() {
     );
 }
 
-#[tokio::test]
-async fn exhaustion_with_a_degraded_tier_serves_the_canned_answer() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::status(503))
-        .start()
-        .await
-        .unwrap();
-    let gateway = chain(&primary, &secondary, ["m", "m"], BACK_SOON)
-        .start()
-        .await;
+/// Sends one request through a route with the degraded tier whose primary answers 500 and
+/// whose secondary answers `secondary_status`, and checks the canned answer came back. The
+/// fakes are returned too, to keep answering the test's later requests.
+async fn degraded_after_500_then(
+    secondary_status: u16,
+    models: [&str; 2],
+) -> (Gateway, reqwest::Response, [FakeHandle; 2]) {
+    let primary = scripted("primary", [Behavior::status(500)]).await;
+    let secondary = scripted("secondary", [Behavior::status(secondary_status)]).await;
+    let gateway = chain(&primary, &secondary, models, BACK_SOON).start().await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-outcome"), "degraded");
+    (gateway, response, [primary, secondary])
+}
+
+#[tokio::test]
+async fn exhaustion_with_a_degraded_tier_serves_the_canned_answer() {
+    let (gateway, response, _fakes) = degraded_after_500_then(503, ["m", "m"]).await;
     assert_eq!(header(&response, "x-switchyard-step"), "");
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["object"], "chat.completion");
@@ -343,24 +310,9 @@ async fn exhaustion_with_a_degraded_tier_serves_the_canned_answer() {
 
 #[tokio::test]
 async fn the_seeds_accident_a_wrong_fallback_model_ends_in_the_degraded_tier() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
     // The fallback names a model its provider does not have.
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::status(404))
-        .start()
-        .await
-        .unwrap();
-    let gateway = chain(&primary, &secondary, ["m", "gpt-4o-typo"], BACK_SOON)
-        .start()
-        .await;
-    let response = post(&gateway, &chat("r")).await;
-    assert_eq!(response.status(), 200);
-    assert_eq!(header(&response, "x-switchyard-outcome"), "degraded");
-    let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
+    let (gateway, response, _fakes) = degraded_after_500_then(404, ["m", "gpt-4o-typo"]).await;
+    let row = record_of(&gateway, &response).await;
     let classes: Vec<_> = row.attempts.iter().map(|a| a.failure).collect();
     assert_eq!(
         classes,
@@ -373,8 +325,7 @@ async fn the_seeds_accident_a_wrong_fallback_model_ends_in_the_degraded_tier() {
 
 #[tokio::test]
 async fn force_fallback_skips_step_0_only_when_allowed() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([]).await;
     let denied = two_step(&primary, &secondary, "").await;
     let response = post_with(
         &denied,
@@ -427,16 +378,14 @@ async fn every_response_carries_the_full_set_of_headers() {
 
 #[tokio::test]
 async fn the_record_tells_the_whole_chain_story() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429).header("retry-after", "0"))
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([
+        Behavior::status(429).header("retry-after", "0"),
+        Behavior::status(500),
+    ])
+    .await;
     let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
     let response = post(&gateway, &chat("r")).await;
-    let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
+    let row = record_of(&gateway, &response).await;
     let story: Vec<_> = row
         .attempts
         .iter()
@@ -488,16 +437,8 @@ mod bounded {
         primary: Behavior,
         secondary: Behavior,
     ) -> (Duration, reqwest::StatusCode) {
-        let primary = FakeUpstream::new("primary")
-            .then(primary)
-            .start()
-            .await
-            .unwrap();
-        let secondary = FakeUpstream::new("secondary")
-            .then(secondary)
-            .start()
-            .await
-            .unwrap();
+        let primary = scripted("primary", [primary]).await;
+        let secondary = scripted("secondary", [secondary]).await;
         let gateway = two_step(&primary, &secondary, DEADLINE).await;
         let started = Instant::now();
         let response = post(&gateway, &chat("r")).await;
@@ -536,16 +477,16 @@ mod bounded {
 
 #[tokio::test]
 async fn an_exhausted_503_names_the_last_upstreams_request_id() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500).header("x-request-id", "req_primary_1"))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::status(502).header("x-request-id", "req_secondary_2"))
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted(
+        "primary",
+        [Behavior::status(500).header("x-request-id", "req_primary_1")],
+    )
+    .await;
+    let secondary = scripted(
+        "secondary",
+        [Behavior::status(502).header("x-request-id", "req_secondary_2")],
+    )
+    .await;
     let gateway = two_step(&primary, &secondary, "").await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 503);

@@ -54,7 +54,7 @@ async fn while_open_only_health_checks_probe_and_a_passing_one_gives_the_traffic
         .start()
         .await
         .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     // A cooldown of 100 ms: without active checks, a user's request would be the probe after it.
     let gateway = checked(&primary, &secondary)
         .with(concat!(
@@ -137,7 +137,7 @@ async fn while_open_only_health_checks_probe_and_a_passing_one_gives_the_traffic
 
 #[tokio::test]
 async fn a_check_more_often_than_every_second_is_refused_by_name() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
     let text = TestGateway::new()
         .provider("primary", &primary)
         .with("health_check = { every = \"100ms\" }\n")
@@ -151,14 +151,16 @@ async fn a_check_more_often_than_every_second_is_refused_by_name() {
 #[tokio::test]
 async fn a_check_in_flight_does_not_hold_the_shutdown() {
     // The primary fails twice (the breaker opens), then never answers a check in time.
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .then(Behavior::status(500))
-        .then(Behavior::ok().delay_ms(600_000))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted(
+        "primary",
+        [
+            Behavior::status(500),
+            Behavior::status(500),
+            Behavior::ok().delay_ms(600_000),
+        ],
+    )
+    .await;
+    let secondary = scripted("secondary", []).await;
     let gateway = checked(&primary, &secondary)
         .with("[breaker]\nconsecutive_failures = 2\nmin_callers = 1\n")
         .with("[retry]\nattempt_timeout = \"300s\"\nrequest_deadline = \"600s\"\n")

@@ -60,23 +60,29 @@ async fn assert_logged_as_hedged(
     );
 }
 
+/// A primary playing `slow` and a secondary playing `quick`, behind a hedge after 200 ms.
+async fn slow_and_quick(
+    slow: Behavior,
+    quick: Behavior,
+) -> (FakeHandle, FakeHandle, switchyard::server::Gateway) {
+    let primary = scripted("primary", [slow]).await;
+    let secondary = scripted("secondary", [quick]).await;
+    let gateway = hedged(&primary, &secondary, r#"{ after = "200ms" }"#, "").await;
+    (primary, secondary, gateway)
+}
+
+fn assert_served_by_the_hedge(response: &reqwest::Response) {
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(response, "x-switchyard-step"), "1");
+    assert_eq!(header(response, "x-switchyard-hedged"), "true");
+}
+
 #[tokio::test]
 async fn a_slow_json_step_0_is_hedged_and_its_connection_closed() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::ok().delay_ms(2_000))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::ok().delay_ms(50))
-        .start()
-        .await
-        .unwrap();
-    let gateway = hedged(&primary, &secondary, r#"{ after = "200ms" }"#, "").await;
+    let (primary, secondary, gateway) =
+        slow_and_quick(Behavior::ok().delay_ms(2_000), Behavior::ok().delay_ms(50)).await;
     let response = post(&gateway, &chat("r")).await;
-    assert_eq!(response.status(), 200);
-    assert_eq!(header(&response, "x-switchyard-step"), "1");
-    assert_eq!(header(&response, "x-switchyard-hedged"), "true");
+    assert_served_by_the_hedge(&response);
     assert_eq!(header(&response, "x-switchyard-attempts"), "2");
     assert_logged_as_hedged(&gateway, &response).await;
     let body: Value = response.json().await.unwrap();
@@ -93,21 +99,13 @@ async fn a_slow_json_step_0_is_hedged_and_its_connection_closed() {
 
 #[tokio::test]
 async fn a_slow_first_event_is_hedged_and_only_the_winner_is_streamed() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::ok().first_event_after(2_000))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::ok().first_event_after(50))
-        .start()
-        .await
-        .unwrap();
-    let gateway = hedged(&primary, &secondary, r#"{ after = "200ms" }"#, "").await;
+    let (primary, _secondary, gateway) = slow_and_quick(
+        Behavior::ok().first_event_after(2_000),
+        Behavior::ok().first_event_after(50),
+    )
+    .await;
     let response = post(&gateway, &chat_stream("r")).await;
-    assert_eq!(response.status(), 200);
-    assert_eq!(header(&response, "x-switchyard-step"), "1");
-    assert_eq!(header(&response, "x-switchyard-hedged"), "true");
+    assert_served_by_the_hedge(&response);
     let id = header(&response, "x-switchyard-request-id").to_owned();
     let events = sse_data(&response.text().await.expect("the stream ends properly"));
     assert_eq!(streamed_text(&events), "Hello from secondary!");
@@ -127,8 +125,8 @@ async fn a_slow_first_event_is_hedged_and_only_the_winner_is_streamed() {
 
 #[tokio::test]
 async fn a_fast_step_0_is_never_hedged() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = hedged(&primary, &secondary, r#"{ after = "2s" }"#, "").await;
     for body in [chat("r"), chat_stream("r"), chat("r")] {
         let response = post(&gateway, &body).await;
@@ -145,12 +143,8 @@ async fn a_fast_step_0_is_never_hedged() {
 #[tokio::test]
 async fn the_hedge_budget_hedges_only_its_share_of_slow_requests() {
     // Every primary answer is slow; 20 requests at once, 10 % may be hedged: 2.
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::ok().delay_ms(1_000))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", [Behavior::ok().delay_ms(1_000)]).await;
+    let secondary = scripted("secondary", []).await;
     let budget = "[retry]\nhedge_budget_percent = 10.0\n";
     let gateway = hedged(&primary, &secondary, r#"{ after = "300ms" }"#, budget).await;
     let body = chat("r");
@@ -190,7 +184,7 @@ async fn a_percentile_delay_hedges_only_once_it_has_an_estimate() {
         .start()
         .await
         .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = hedged(&primary, &secondary, r#"{ after = "p95" }"#, "").await;
     let first = post(&gateway, &chat("r")).await;
     assert_eq!(header(&first, "x-switchyard-step"), "0");

@@ -21,7 +21,7 @@ fn config(fake: &FakeHandle, http2: bool) -> TestGateway {
 
 #[tokio::test]
 async fn a_provider_with_http2_is_sent_json_and_streams_over_http2() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = config(&fake, true).start().await;
 
     let answer = post(&gateway, &chat("r")).await;
@@ -51,7 +51,7 @@ async fn a_provider_with_http2_is_sent_json_and_streams_over_http2() {
 
 #[tokio::test]
 async fn a_provider_without_it_is_sent_http1() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = config(&fake, false).start().await;
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     assert_eq!(fake.requests()[0].version, "HTTP/1.1");
@@ -119,12 +119,7 @@ fn two_providers(fake: &FakeHandle) -> TestGateway {
 
 #[tokio::test]
 async fn a_reset_stream_fails_over_and_its_connection_serves_on() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::reset())
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::reset(), Behavior::ok()]).await;
     let gateway = two_providers(&fake).start().await;
 
     let answer = post(&gateway, &chat("r")).await;

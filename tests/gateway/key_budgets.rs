@@ -5,13 +5,15 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use switchyard::fake::FakeUpstream;
+
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 use switchyard::store::postgres::testdb::TestDb;
 
 use super::support::*;
-use super::virtual_keys::{TOKEN, admin, create, keyed_config, start, started};
+use super::virtual_keys::{
+    TOKEN, admin, create, keyed_config, keyed_config_on_disk, refused, start, started, vkeys_cli,
+};
 
 /// Any 32 bytes, base64: a store on PostgreSQL needs a master key to start on.
 const MASTER_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -96,14 +98,7 @@ async fn bad_budgets_are_refused_with_the_field_at_fault() {
     for field in ["budget_per_day", "budget_per_month"] {
         for (amount, said) in &bad {
             let body = json!({"user": "ana", "role": "ae", field: amount});
-            let (status, answer) = admin(
-                &gateway,
-                Method::POST,
-                "/admin/virtual-keys",
-                Some(body.clone()),
-            )
-            .await;
-            assert_eq!(status, 400, "{body} -> {answer}");
+            let answer = refused(&gateway, Method::POST, "/admin/virtual-keys", &body).await;
             assert_eq!(answer["error"]["param"], field, "{body} -> {answer}");
             let message = error_message(&answer);
             assert!(message.contains(said), "{body} -> {message}");
@@ -121,8 +116,7 @@ async fn bad_budgets_are_refused_with_the_field_at_fault() {
     for field in ["budget_per_day", "budget_per_month"] {
         for (amount, said) in &bad {
             let body = json!({ field: amount });
-            let (status, answer) = admin(&gateway, Method::PATCH, &path, Some(body.clone())).await;
-            assert_eq!(status, 400, "{body} -> {answer}");
+            let answer = refused(&gateway, Method::PATCH, &path, &body).await;
             assert_eq!(answer["error"]["param"], field, "{body} -> {answer}");
             assert!(error_message(&answer).contains(said), "{body} -> {answer}");
         }
@@ -136,25 +130,10 @@ async fn bad_budgets_are_refused_with_the_field_at_fault() {
 
 #[tokio::test]
 async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let dir = std::env::temp_dir().join(format!("switchyard-budgets-{}", uuid::Uuid::now_v7()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let served = keyed_config(&primary, &secondary).with("[store]\n").set(
-        "url",
-        format!("sqlite://{}", dir.join("store.db").display()),
-    );
-    let config = dir.join("switchyard.toml");
-    std::fs::write(&config, served.raw_text()).unwrap();
-    let cli = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(["vkeys"])
-            .args(args)
-            .arg("--config")
-            .arg(&config)
-            .output()
-            .unwrap()
-    };
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
+    let (dir, served, config) = keyed_config_on_disk(&primary, &secondary, "budgets");
+    let cli = |args: &[&str]| vkeys_cli(&config, args);
     let create = ["create", "--user", "cli", "--role", "ae"];
 
     for (flag, amount, said) in [
@@ -211,8 +190,8 @@ async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
 /// Gateways A and B on the store at `store_url`: a budget changed through A's admin API is
 /// what B holds for the key, once B has loaded the store's generation.
 async fn a_budget_change_on_a_reaches_b(store_url: &str) {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let served = keyed_config(&primary, &secondary)
         .with("[store]\n")
         .set("url", store_url);

@@ -1,15 +1,14 @@
 //! Provider-key rows that cannot be used: one that does not decrypt is skipped (the rest, and
 //! virtual-key revocations, keep loading), and an expiry too far away is refused.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
+use reqwest::Method;
 use serde_json::{Value, json};
 use switchyard::auth::{KeyRequest, issue};
 use switchyard::fake::FakeUpstream;
-use switchyard::keys::Secret;
 use switchyard::keys::vault::Sealed;
-use switchyard::server::{Gateway, StartOptions};
+use switchyard::server::Gateway;
 use switchyard::store::{LimitOverrides, NewProviderKey};
 
 use super::support::*;
@@ -17,14 +16,13 @@ use super::support::*;
 const TOKEN: &str = "admin-token-for-key-rows";
 
 async fn admin_gateway(config: TestGateway) -> Gateway {
-    let options = StartOptions {
-        admin_token: Some(Secret::new(TOKEN)),
-        ..StartOptions::default()
-    };
-    let addr = SocketAddr::from(([127, 0, 0, 1], 0));
-    Gateway::start_with(config.config(), addr, options)
-        .await
-        .expect("gateway starts")
+    start_with_admin(&config, TOKEN).await
+}
+
+/// Posts a chat request to route `r` as the holder of `key`.
+async fn chat_as(gateway: &Gateway, key: &str) -> reqwest::Response {
+    let authorization = format!("Bearer {key}");
+    post_with(gateway, &chat("r"), &[("authorization", &authorization)]).await
 }
 
 #[tokio::test]
@@ -65,38 +63,27 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
     let key_id = issued.record.id.clone();
     store.insert_virtual_key(issued.record).await.unwrap();
     // Through the admin API, as an operator would: this reloads the store.
-    let put = client()
-        .put(format!("{}/admin/keys/up", gateway.admin_url()))
-        .bearer_auth(TOKEN)
-        .json(&json!({"secret": "sk-good-key-1234", "id": "good"}))
-        .send()
-        .await
-        .unwrap();
+    let put = admin_request(
+        &gateway,
+        Some(TOKEN),
+        Method::PUT,
+        "/admin/keys/up",
+        Some(&json!({"secret": "sk-good-key-1234", "id": "good"})),
+    )
+    .await;
     assert_eq!(put.status(), 200, "{}", put.text().await.unwrap());
     tokio::time::timeout(Duration::from_secs(2), gateway.keys_current())
         .await
         .expect("the store reloads despite the broken row");
 
-    let sent = client()
-        .post(format!("{}/v1/chat/completions", gateway.url()))
-        .bearer_auth(&virtual_key)
-        .json(&chat("r"))
-        .send()
-        .await
-        .unwrap();
+    let sent = chat_as(&gateway, &virtual_key).await;
     assert_eq!(sent.status(), 200, "the readable key serves");
 
     assert!(store.revoke_virtual_key(&key_id).await.unwrap());
     tokio::time::timeout(Duration::from_secs(2), gateway.keys_current())
         .await
         .expect("the revocation reaches the gateway");
-    let refused = client()
-        .post(format!("{}/v1/chat/completions", gateway.url()))
-        .bearer_auth(&virtual_key)
-        .json(&chat("r"))
-        .send()
-        .await
-        .unwrap();
+    let refused = chat_as(&gateway, &virtual_key).await;
     assert_eq!(refused.status(), 401);
     let metrics = metrics_text(&gateway.url(), TOKEN).await;
     assert!(
@@ -105,52 +92,39 @@ async fn an_undecryptable_row_is_skipped_and_revocations_still_arrive() {
             .any(|l| l == "switchyard_provider_keys_unreadable 1"),
         "{metrics}"
     );
-    let ready: serde_json::Value = client()
-        .get(format!("{}/readyz", gateway.url()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, ready) = readiness(&gateway).await;
     assert_eq!(ready["keys"]["unreadable_rows"], 1, "{ready}");
 }
 
 #[tokio::test]
 async fn an_expiry_past_what_a_date_can_hold_is_refused() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = admin_gateway(TestGateway::new().provider_at("up", &fake.base_url(), "")).await;
     for expires_in in ["200000000000d", "106751991167d", "0s"] {
-        let response = client()
-            .put(format!("{}/admin/keys/up", gateway.admin_url()))
-            .bearer_auth(TOKEN)
-            .json(&json!({"secret": "sk-some-key-1234", "expires_in": expires_in}))
-            .send()
-            .await
-            .unwrap();
+        let response = admin_request(
+            &gateway,
+            Some(TOKEN),
+            Method::PUT,
+            "/admin/keys/up",
+            Some(&json!({"secret": "sk-some-key-1234", "expires_in": expires_in})),
+        )
+        .await;
         assert_eq!(response.status(), 400, "{expires_in}");
         let body: Value = response.json().await.unwrap();
         let message = error_message(&body);
         assert!(message.contains("expires_in"), "{message}");
     }
-    let keys: Value = client()
-        .get(format!("{}/admin/keys", gateway.admin_url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let keys: Value = get_json(&format!("{}/admin/keys", gateway.admin_url()), TOKEN).await;
     assert_eq!(keys["keys"], json!([]), "nothing was stored");
 
-    let ok = client()
-        .put(format!("{}/admin/keys/up", gateway.admin_url()))
-        .bearer_auth(TOKEN)
-        .json(&json!({"secret": "sk-some-key-1234", "expires_in": "30d"}))
-        .send()
-        .await
-        .unwrap();
+    let ok = admin_request(
+        &gateway,
+        Some(TOKEN),
+        Method::PUT,
+        "/admin/keys/up",
+        Some(&json!({"secret": "sk-some-key-1234", "expires_in": "30d"})),
+    )
+    .await;
     assert_eq!(ok.status(), 200);
 }
 
@@ -158,7 +132,7 @@ async fn an_expiry_past_what_a_date_can_hold_is_refused() {
 /// JSON body whatever its content-type, and a body that is not JSON stays a 400.
 #[tokio::test]
 async fn admin_key_bodies_are_json_whatever_their_content_type() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let config = TestGateway::new()
         .provider_at("up", &fake.base_url(), "")
         .route("r", &[("up", "m")], "");
@@ -208,22 +182,14 @@ async fn admin_key_bodies_are_json_whatever_their_content_type() {
 /// key is put.
 #[tokio::test]
 async fn readyz_names_the_providers_without_a_usable_key() {
-    let keyed = FakeUpstream::new("keyed").start().await.unwrap();
-    let open = FakeUpstream::new("open").start().await.unwrap();
+    let keyed = scripted("keyed", []).await;
+    let open = scripted("open", []).await;
     let config = TestGateway::new()
         .provider_at("keyed", &keyed.base_url(), "")
         .provider("open", &open)
         .route("r", &[("keyed", "m"), ("open", "m")], "");
     let gateway = admin_gateway(config).await;
-    let readyz = async || -> (u16, Value) {
-        let response = client()
-            .get(format!("{}/readyz", gateway.url()))
-            .send()
-            .await
-            .unwrap();
-        (response.status().as_u16(), response.json().await.unwrap())
-    };
-    let (status, ready) = readyz().await;
+    let (status, ready) = readiness(&gateway).await;
     assert_eq!(status, 200, "{ready}");
     assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(
@@ -235,7 +201,7 @@ async fn readyz_names_the_providers_without_a_usable_key() {
         .put_provider_key("keyed", "main", "sk-keyed-key-1234")
         .await
         .unwrap();
-    let (_, ready) = readyz().await;
+    let (_, ready) = readiness(&gateway).await;
     assert_eq!(
         ready["keys"]["providers_without_usable_key"],
         json!([]),

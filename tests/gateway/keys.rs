@@ -15,7 +15,7 @@ const TOKEN: &str = "admin-token-for-key-tests";
 const GOOD: &str = "sk-good-key-0000-1111-AAAA";
 const WRONG: &str = "sk-wrong-key-2222-3333-BBBB";
 
-use super::keyed::{keyed_config, with_admin};
+use super::keyed::{keyed_config, keyed_primary, with_admin};
 
 /// [`keyed_config`] and `extra`, with the admin API on.
 async fn keyed(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> Gateway {
@@ -43,12 +43,8 @@ async fn served_step(gateway: &Gateway) -> String {
 
 #[tokio::test]
 async fn the_seeds_three_checks_with_no_restart() {
-    let primary = FakeUpstream::new("primary")
-        .require_key(GOOD)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = keyed_primary(GOOD).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed(&primary, &secondary, "").await;
 
     put_key(&gateway, GOOD).await;
@@ -91,12 +87,8 @@ async fn the_seeds_three_checks_with_no_restart() {
 
 #[tokio::test]
 async fn a_key_put_from_the_cli_reaches_a_running_gateway() {
-    let primary = FakeUpstream::new("primary")
-        .require_key(GOOD)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = keyed_primary(GOOD).await;
+    let secondary = scripted("secondary", []).await;
     let db = std::env::temp_dir().join(format!("switchyard-keys-{}.db", uuid::Uuid::now_v7()));
     let store = |config: TestGateway| {
         config
@@ -119,19 +111,11 @@ async fn a_key_put_from_the_cli_reaches_a_running_gateway() {
             .raw_text(),
     )
     .unwrap();
-    let mut put = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-        .args(["keys", "put", "--config"])
+    let mut put = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"));
+    put.args(["keys", "put", "--config"])
         .arg(&config)
-        .args(["primary", "--id", "main"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        &mut put.stdin.take().unwrap(),
-        format!("{GOOD}\n").as_bytes(),
-    )
-    .unwrap();
-    assert!(put.wait().unwrap().success());
+        .args(["primary", "--id", "main"]);
+    type_secret(put, GOOD);
     tokio::time::timeout(std::time::Duration::from_secs(1), gateway.keys_current())
         .await
         .expect("the gateway loads the new key within 1 s");
@@ -144,8 +128,8 @@ async fn a_key_put_from_the_cli_reaches_a_running_gateway() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotation_under_load_fails_no_request_and_switches_every_later_one() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed(&primary, &secondary, "").await;
     put_key(&gateway, "sk-old-key-0000-OLD1").await;
     let next = Arc::new(AtomicU64::new(0));
@@ -211,8 +195,8 @@ async fn rotation_under_load_fails_no_request_and_switches_every_later_one() {
 
 #[tokio::test]
 async fn the_admin_api_wants_its_token_and_is_off_without_one() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed(&primary, &secondary, "").await;
     let url = format!("{}/admin/keys", gateway.url());
     assert_eq!(client().get(&url).send().await.unwrap().status(), 401);
@@ -253,8 +237,8 @@ async fn the_admin_api_wants_its_token_and_is_off_without_one() {
 
 #[tokio::test]
 async fn the_admin_api_can_have_its_own_address() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed(
         &primary,
         &secondary,
@@ -278,8 +262,8 @@ async fn the_admin_api_can_have_its_own_address() {
 
 #[tokio::test]
 async fn bad_admin_requests_get_clear_errors() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed(&primary, &secondary, "").await;
     let put =
         |path: &'static str, body: Value| admin(&gateway, reqwest::Method::PUT, path, Some(body));
@@ -402,14 +386,17 @@ async fn a_key_refused_once_is_reported_benched_not_missing() {
 
 /// Puts `secret` as `provider`'s key `id` through the CLI, as an operator rotates one.
 fn cli_put(config: &std::path::Path, provider: &str, id: &str, secret: &str) {
-    let mut put = std::process::Command::new(super::process::BIN)
-        .args(["keys", "put", "--config"])
+    let mut put = std::process::Command::new(super::process::BIN);
+    put.args(["keys", "put", "--config"])
         .arg(config)
         .args([provider, "--id", id])
-        .env_remove("SWITCHYARD_MASTER_KEY")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .env_remove("SWITCHYARD_MASTER_KEY");
+    type_secret(put, secret);
+}
+
+/// Runs `put`, a `keys put`, with `secret` on its stdin as an operator types it; it succeeds.
+fn type_secret(mut put: std::process::Command, secret: &str) {
+    let mut put = put.stdin(std::process::Stdio::piped()).spawn().unwrap();
     std::io::Write::write_all(
         &mut put.stdin.take().unwrap(),
         format!("{secret}\n").as_bytes(),

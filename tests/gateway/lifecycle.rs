@@ -1,11 +1,11 @@
 //! The binary's lifecycle: config checks and graceful shutdown on SIGTERM.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use futures_util::StreamExt;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 
+use super::process::lines_of;
 use super::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_switchyard");
@@ -76,16 +76,8 @@ fn check_prints_each_routes_worst_case() {
 
 #[tokio::test]
 async fn sigterm_during_a_stream_lets_the_stream_complete() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("a b c d e").chunks(5, 200))
-        .start()
-        .await
-        .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let fake = scripted("up", [Behavior::ok().content("a b c d e").chunks(5, 200)]).await;
+    let port = closed_addr().port();
     let config = TestGateway::new()
         .with("[server]\n")
         .set("listen", format!("127.0.0.1:{port}"))
@@ -102,17 +94,13 @@ async fn sigterm_during_a_stream_lets_the_stream_complete() {
         .spawn()
         .unwrap();
     // Wait for the gateway's own word that it listens, not for a while.
-    let stderr = child.stderr.take().unwrap();
-    let (said, hear) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains("switchyard listening") {
-                let _ = said.send(());
-            }
-        }
-    });
-    hear.recv_timeout(std::time::Duration::from_secs(30))
-        .expect("the gateway says it is listening");
+    let lines = lines_of(child.stderr.take().unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !lines
+        .recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+        .expect("the gateway says it is listening")
+        .contains("switchyard listening")
+    {}
 
     let response = client()
         .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))

@@ -7,7 +7,7 @@ use futures_util::StreamExt;
 use futures_util::future::join_all;
 use serde_json::Value;
 use switchyard::auth::{KeyRequest, issue};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::server::Gateway;
 use switchyard::store::{LimitOverrides, Store};
 
@@ -110,7 +110,7 @@ async fn burst(client: &reqwest::Client, gateways: &[&Gateway], key: &str) -> (u
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_test_exactly_20_of_25_concurrent_requests_50_times() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     for round in 0..50 {
@@ -128,7 +128,7 @@ async fn the_seeds_test_exactly_20_of_25_concurrent_requests_50_times() {
 
 #[tokio::test]
 async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     let (first, statuses, refused, user, calls_before) = within_a_minute(|attempt| {
@@ -167,7 +167,7 @@ async fn a_refusal_is_a_429_in_openai_shape_with_rate_limit_headers() {
 
 #[tokio::test]
 async fn another_user_is_unaffected() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     let (admitted, other) = within_a_minute(|attempt| {
@@ -186,11 +186,7 @@ async fn another_user_is_unaffected() {
 
 #[tokio::test]
 async fn tokens_per_minute_refuse_once_the_answers_used_them() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("one two three four five"))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().content("one two three four five")]).await;
     let roles = "[[roles]]\nname = \"ae\"\ntokens_per_minute = 10\n";
     let gateway = limited(&fake, roles).start().await;
     let client = client();
@@ -215,7 +211,7 @@ async fn tokens_per_minute_refuse_once_the_answers_used_them() {
 
 #[tokio::test]
 async fn keys_are_checked_by_bearer_or_x_api_key() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = limited(&fake, ROLES).start().await;
     let client = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
@@ -246,8 +242,8 @@ async fn keys_are_checked_by_bearer_or_x_api_key() {
 
 #[tokio::test]
 async fn a_key_may_use_only_its_models_and_forced_fallback_needs_debug() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed(ROLES)
         .provider("primary", &primary)
         .provider("secondary", &secondary)
@@ -284,7 +280,7 @@ async fn a_key_may_use_only_its_models_and_forced_fallback_needs_debug() {
 
 #[tokio::test]
 async fn a_revoked_key_stops_working_on_a_running_gateway_within_a_second() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let path = std::env::temp_dir().join(format!("switchyard-revoke-{}.db", uuid::Uuid::now_v7()));
     let config = limited(&fake, ROLES)
         .with("[store]\n")
@@ -316,11 +312,7 @@ async fn a_revoked_key_stops_working_on_a_running_gateway_within_a_second() {
 
 #[tokio::test]
 async fn max_concurrent_is_released_when_a_client_disconnects() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(100, 50))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().chunks(100, 50)]).await;
     let roles = "[[roles]]\nname = \"ae\"\nmax_concurrent = 1\n";
     let gateway = limited(&fake, roles).start().await;
     let client = client();
@@ -367,6 +359,19 @@ mod redis {
             .route("smart", &[("up", "m")], "")
     }
 
+    async fn three_instances(config: &TestGateway) -> [Gateway; 3] {
+        [
+            config.start().await,
+            config.start().await,
+            config.start().await,
+        ]
+    }
+
+    /// [`redis_config`] against the local Redis, failing closed, under a fresh prefix.
+    fn local_redis_config(fake: &FakeHandle, window: &str) -> TestGateway {
+        redis_config(fake, &prefix(), "redis://127.0.0.1:6379", "closed", window)
+    }
+
     fn prefix() -> String {
         format!("switchyard-test-{}", uuid::Uuid::now_v7())
     }
@@ -387,24 +392,14 @@ mod redis {
         if !services::redis_reachable("three_instances_admit_exactly_20_of_25_fifty_times") {
             return;
         }
-        let fake = FakeUpstream::new("up").start().await.unwrap();
+        let fake = scripted("up", []).await;
         let client = client();
         let mut evaluated = 0;
         for round in 0..50 {
             // A fresh prefix a round gives each round fresh counters; the window is the
             // default fixed one, on Redis's clock.
-            let config = redis_config(
-                &fake,
-                &prefix(),
-                "redis://127.0.0.1:6379",
-                "closed",
-                "fixed",
-            );
-            let gateways = [
-                config.start().await,
-                config.start().await,
-                config.start().await,
-            ];
+            let config = local_redis_config(&fake, "fixed");
+            let gateways = three_instances(&config).await;
             let refs: Vec<&Gateway> = gateways.iter().collect();
             let before = redis_minute().await;
             let (ok, limited) = burst(&client, &refs, "sy-anonymous").await;
@@ -425,30 +420,17 @@ mod redis {
         if !services::redis_reachable("a_sliding_window_is_exact_across_instances_too") {
             return;
         }
-        let fake = FakeUpstream::new("up").start().await.unwrap();
-        let config = redis_config(
-            &fake,
-            &prefix(),
-            "redis://127.0.0.1:6379",
-            "closed",
-            "sliding",
-        );
-        let gateways = [
-            config.start().await,
-            config.start().await,
-            config.start().await,
-        ];
+        let fake = scripted("up", []).await;
+        let config = local_redis_config(&fake, "sliding");
+        let gateways = three_instances(&config).await;
         let refs: Vec<&Gateway> = gateways.iter().collect();
         assert_eq!(burst(&client(), &refs, "sy-anonymous").await, (20, 5));
     }
 
     #[tokio::test]
     async fn a_closed_port_fails_closed_or_open_as_configured() {
-        let fake = FakeUpstream::new("up").start().await.unwrap();
-        let closed = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap();
+        let fake = scripted("up", []).await;
+        let closed = closed_addr();
         let url = format!("redis://{closed}");
         let client = client();
 
@@ -458,13 +440,8 @@ mod redis {
         let refused = send(&client, &strict, "k", "smart").await;
         assert_eq!(refused.status(), 503);
         assert!(error_message(&refused.json().await.unwrap()).contains("rate-limit backend"));
-        let ready = client
-            .get(format!("{}/readyz", strict.url()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(ready.status(), 503);
-        let ready: Value = ready.json().await.unwrap();
+        let (status, ready) = readiness(&strict).await;
+        assert_eq!(status, 503);
         assert_eq!(ready["status"], "degraded");
 
         let lenient = redis_config(&fake, &prefix(), &url, "open", "fixed")
@@ -472,14 +449,7 @@ mod redis {
             .start()
             .await;
         assert_eq!(send(&client, &lenient, "k", "smart").await.status(), 200);
-        let ready: Value = client
-            .get(format!("{}/readyz", lenient.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, ready) = readiness(&lenient).await;
         assert_eq!(ready["status"], "degraded");
         let metrics = observe(&lenient, "/metrics").await.text().await.unwrap();
         assert!(
@@ -495,7 +465,7 @@ mod redis {
         else {
             return;
         };
-        let fake = FakeUpstream::new("up").start().await.unwrap();
+        let fake = scripted("up", []).await;
         let url = format!("redis://127.0.0.1:{}", server.port);
         let gateway = redis_config(&fake, &prefix(), &url, "closed", "fixed")
             .start()
@@ -505,14 +475,7 @@ mod redis {
 
         server.stop();
         assert_eq!(send(&client, &gateway, "k", "smart").await.status(), 503);
-        let ready: Value = client
-            .get(format!("{}/readyz", gateway.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, ready) = readiness(&gateway).await;
         assert_eq!(ready["limits"]["healthy"], false);
 
         server.restart();
@@ -527,21 +490,14 @@ mod redis {
             );
         }
         assert_eq!(statuses.last(), Some(&200), "{statuses:?}");
-        let ready: Value = client
-            .get(format!("{}/readyz", gateway.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, ready) = readiness(&gateway).await;
         assert_eq!(ready["status"], "ready");
     }
 }
 
 #[tokio::test]
 async fn anthropic_clients_authenticate_by_x_api_key_and_are_refused_in_their_shape() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let roles = "[[roles]]\nname = \"ae\"\nrequests_per_minute = 1\n";
     let gateway = limited(&fake, roles).start().await;
     let client = client();
@@ -577,7 +533,7 @@ async fn anthropic_clients_authenticate_by_x_api_key_and_are_refused_in_their_sh
 
 #[tokio::test]
 async fn models_lists_what_the_callers_key_may_use() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = limited(&fake, ROLES)
         .route("other", &[("up", "n")], "")
         .start()
@@ -587,15 +543,7 @@ async fn models_lists_what_the_callers_key_may_use() {
     let client = client();
     let url = format!("{}/v1/models", gateway.url());
     assert_eq!(client.get(&url).send().await.unwrap().status(), 401);
-    let listed: Value = client
-        .get(&url)
-        .bearer_auth(&narrow)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed = send_for_json(client.get(&url).bearer_auth(&narrow)).await;
     let ids: Vec<&str> = listed["data"]
         .as_array()
         .unwrap()

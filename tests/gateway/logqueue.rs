@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 
 use super::support::*;
 
@@ -24,6 +24,26 @@ pub struct Spawned {
     config: std::path::PathBuf,
     /// Everything it wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
+}
+
+/// Resolves once `{url}/readyz` answers 200: the store is open and the gateway serves. A
+/// process gives no event to wait on, so this polls.
+async fn wait_ready(url: &str) {
+    let client = client();
+    let url = format!("{url}/readyz");
+    let ready = async {
+        loop {
+            if let Ok(response) = client.get(&url).send().await
+                && response.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .expect("the gateway gets ready");
 }
 
 impl Spawned {
@@ -106,21 +126,7 @@ impl Spawned {
 
     /// Resolves once `/readyz` answers 200: the store is open and the gateway serves.
     pub async fn ready(&self) {
-        let client = client();
-        let url = format!("{}/readyz", self.url);
-        let ready = async {
-            loop {
-                if let Ok(response) = client.get(&url).send().await
-                    && response.status() == 200
-                {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(30), ready)
-            .await
-            .expect("the gateway gets ready");
+        wait_ready(&self.url).await;
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -205,11 +211,7 @@ const RSS_BOUND_KIB: u64 = 64 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bounded() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().delay_ms(2))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().delay_ms(2)]).await;
     let db = TempDb::new("outage");
     let mut gateway = Spawned::start(
         &served_from(&db, &fake).with(OBSERVABILITY).raw_text(),
@@ -333,7 +335,7 @@ async fn full_log(
     rusqlite::Connection,
     switchyard::fake::FakeHandle,
 ) {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let db = TempDb::new(&format!("full-{when_full}"));
     let gateway = TestGateway::new()
         .with("[store]\n")
@@ -348,15 +350,6 @@ async fn full_log(
     let blocker = rusqlite::Connection::open(&db.0).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     (gateway, db, blocker, fake)
-}
-
-async fn readyz(gateway: &switchyard::server::Gateway) -> (u16, serde_json::Value) {
-    let response = client()
-        .get(format!("{}/readyz", gateway.url()))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -386,7 +379,7 @@ async fn a_full_log_refuses_new_requests_with_a_503_and_readyz_says_why() {
     let anthropic: serde_json::Value = anthropic.json().await.unwrap();
     assert_eq!(anthropic["type"], "error", "{anthropic}");
 
-    let (status, ready) = readyz(&gateway).await;
+    let (status, ready) = readiness(&gateway).await;
     assert_eq!(status, 503, "{ready}");
     assert_eq!(ready["log"]["status"], "full", "{ready}");
     let reason = ready["log"]["reason"].as_str().unwrap_or("");
@@ -402,7 +395,7 @@ async fn a_full_log_refuses_new_requests_with_a_503_and_readyz_says_why() {
     )
     .await
     .expect("what the log held is stored once the store takes writes");
-    assert_eq!(readyz(&gateway).await.0, 200);
+    assert_eq!(readiness(&gateway).await.0, 200);
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200, "served again");
     answered.push(header(&response, "x-switchyard-request-id").to_owned());
@@ -440,7 +433,7 @@ async fn a_full_log_in_drop_mode_serves_requests_and_counts_each_dropped_record(
     // The queue holds 4 and the writer the batch it gathered before the store refused it.
     let dropped = gateway.telemetry().metrics.log_records_dropped.get();
     assert!(dropped > 0 && dropped < sent, "{dropped} of {sent} dropped");
-    let (status, ready) = readyz(&gateway).await;
+    let (status, ready) = readiness(&gateway).await;
     assert_eq!(status, 200, "drop mode still serves: {ready}");
     assert_eq!(ready["log"]["status"], "full", "{ready}");
     blocker.execute_batch("COMMIT").unwrap();
@@ -466,7 +459,7 @@ fn message_body() -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let db = TempDb::new("stuck-stderr");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -494,20 +487,8 @@ async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
         .unwrap();
     let _unread = child.stderr.take();
     let url = format!("http://127.0.0.1:{port}");
+    wait_ready(&url).await;
     let client = client();
-    let ready = async {
-        loop {
-            if let Ok(response) = client.get(format!("{url}/readyz")).send().await
-                && response.status() == 200
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), ready)
-        .await
-        .expect("the gateway gets ready");
     let requests = 1_500;
     let endpoint = format!("{url}/v1/chat/completions");
     let statuses: Vec<u16> = futures_util::stream::iter(0..requests)
@@ -568,7 +549,7 @@ async fn answered_before_kill(gateway: &Spawned, count: usize) -> BTreeSet<Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_fsync_durability_kill_9_loses_no_answered_request() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let db = TempDb::new("fsync-kill");
     let config = served_from(&db, &fake)
         .with("[log]\ndurability = \"fsync\"\n")

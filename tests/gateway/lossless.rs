@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::stream;
 use switchyard::auth::{KeyRequest, issue};
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 use switchyard::server::Gateway;
 use switchyard::store::request_log::LogQuery;
 use switchyard::store::{LimitOverrides, Store};
@@ -58,17 +58,9 @@ fn kind(i: usize) -> Kind {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_mixed_requests_are_exactly_a_thousand_rows() {
-    let good = FakeUpstream::new("good").start().await.unwrap();
-    let bad = FakeUpstream::new("bad")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let streamer = FakeUpstream::new("streamer")
-        .then(Behavior::ok().chunks(100, 20))
-        .start()
-        .await
-        .unwrap();
+    let good = scripted("good", []).await;
+    let bad = scripted("bad", [Behavior::status(500)]).await;
+    let streamer = scripted("streamer", [Behavior::ok().chunks(100, 20)]).await;
     // The bad keys all come from one address: an allowance above their count keeps a row each.
     // `bad` fails every request; this test counts rows, so the retry budget is off
     // (`retry_budget.rs` tests the budget).
@@ -189,11 +181,7 @@ async fn a_thousand_mixed_requests_are_exactly_a_thousand_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_shutdown_mid_load_logs_every_request_it_answered() {
-    let good = FakeUpstream::new("good")
-        .then(Behavior::ok().delay_ms(20))
-        .start()
-        .await
-        .unwrap();
+    let good = scripted("good", [Behavior::ok().delay_ms(20)]).await;
     let db = std::env::temp_dir().join(format!("switchyard-lossless-{}.db", uuid::Uuid::now_v7()));
     let url = format!("sqlite://{}", db.display());
     let gateway: Gateway = TestGateway::new()

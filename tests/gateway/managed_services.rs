@@ -220,10 +220,7 @@ async fn a_gateway_serves_with_its_store_over_verified_tls() {
     let Some(pg) = certificates.postgres(test) else {
         return;
     };
-    let fake = switchyard::fake::FakeUpstream::new("up")
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", []).await;
     let url = format!(
         "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
         pg.port,
@@ -298,10 +295,7 @@ async fn redis_over_tls_is_verified_and_counts_limits() {
     }
 
     // Served: a limit of 2 a minute, counted in the Redis over TLS.
-    let fake = switchyard::fake::FakeUpstream::new("up")
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", []).await;
     let config = good
         .with("[auth]\nrequired = false\n")
         .with("[[roles]]\nname = \"default\"\nrequests_per_minute = 2\n")

@@ -2,7 +2,7 @@
 //! for the others, with errors, fallbacks and degraded answers in Anthropic's shape.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 
 use super::support::*;
 
@@ -26,16 +26,8 @@ async fn chain(
 }
 
 async fn fakes(primary: Behavior, secondary: Behavior) -> (FakeHandle, FakeHandle) {
-    let primary = FakeUpstream::new("primary")
-        .then(primary)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(secondary)
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted("primary", [primary]).await;
+    let secondary = scripted("secondary", [secondary]).await;
     (primary, secondary)
 }
 
@@ -168,13 +160,7 @@ async fn the_gateways_own_errors_are_in_anthropics_shape() {
         "not_found_error"
     );
 
-    let response = client()
-        .post(format!("{}/v1/messages", gateway.url()))
-        .header("content-type", "application/json")
-        .body("{not json")
-        .send()
-        .await
-        .unwrap();
+    let response = post_raw_json(&gateway, "/v1/messages", "{not json").await;
     assert_eq!(response.status(), 400);
     assert_eq!(
         anthropic_error(&response.json().await.unwrap()),

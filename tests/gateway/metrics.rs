@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use openmetrics_parser::openmetrics::parse_openmetrics;
-use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::fake::FakeHandle;
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 
@@ -55,7 +55,7 @@ const OPEN_DIRECT_NAMES: &str = "[admin]\nmetrics_token = \"test-metrics-token\"
 
 /// One provider `up` with route `r` over `up/m`, priced so cost is counted too.
 async fn one_provider() -> (switchyard::fake::FakeHandle, Gateway) {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = one_route(&fake)
         .with(concat!(
             "[[prices]]\nprovider = \"up\"\nmodel = \"m\"\ninput_per_1m = 1.0\noutput_per_1m = 1.0\n",
@@ -73,21 +73,8 @@ async fn ten_thousand_direct_model_names_leave_metrics_small() {
     let http = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
     const NAMES: usize = 10_000;
-    let statuses: Vec<u16> = futures_util::stream::iter(0..NAMES)
-        .map(|i| {
-            let request = http.post(&url).json(&chat(&format!("up/name-{i}")));
-            async move {
-                request
-                    .send()
-                    .await
-                    .expect("gateway answers")
-                    .status()
-                    .as_u16()
-            }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
+    let requests = (0..NAMES).map(|i| http.post(&url).json(&chat(&format!("up/name-{i}"))));
+    let statuses = statuses_of(requests, 32).await;
     assert!(statuses.iter().all(|s| *s == 200));
     // Configured names keep their own series.
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
@@ -191,7 +178,7 @@ async fn get(url: String, auth: Option<(&str, &str)>) -> reqwest::Response {
 
 #[tokio::test]
 async fn observability_endpoints_want_the_admin_token_on_the_client_port() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let options = StartOptions {
         admin_token: Some(Secret::new("admin-token-for-tests")),
         ..StartOptions::default()
@@ -217,7 +204,7 @@ async fn observability_endpoints_want_the_admin_token_on_the_client_port() {
 
 #[tokio::test]
 async fn a_metrics_token_opens_them_by_bearer_or_basic_and_with_no_token_they_are_off() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = one_route(&fake).with(OBSERVABILITY).start().await;
     for path in OBSERVABILITY_PATHS {
         let url = format!("{}{path}", gateway.url());
@@ -246,7 +233,7 @@ async fn a_metrics_token_opens_them_by_bearer_or_basic_and_with_no_token_they_ar
 
 #[tokio::test]
 async fn with_an_admin_listener_they_answer_there_and_not_on_the_client_port() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n";
     let gateway = one_route(&fake).with(listen).start().await;
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
@@ -376,7 +363,7 @@ async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_401s_from_one_address_writes_a_bounded_number_of_rows() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = one_route(&fake)
         .with("[auth]\nrequired = true\nunauthorized_log_rows_per_minute = 5\n")
         .with(OBSERVABILITY)
@@ -386,24 +373,12 @@ async fn a_flood_of_401s_from_one_address_writes_a_bounded_number_of_rows() {
     const FLOOD: usize = 300;
     let http = client();
     let url = format!("{}/v1/chat/completions", gateway.url());
-    let statuses: Vec<u16> = futures_util::stream::iter(0..FLOOD)
-        .map(|i| {
-            let request = http
-                .post(&url)
-                .bearer_auth(format!("sy-guess-{i}"))
-                .json(&chat("r"));
-            async move {
-                request
-                    .send()
-                    .await
-                    .expect("gateway answers")
-                    .status()
-                    .as_u16()
-            }
-        })
-        .buffer_unordered(16)
-        .collect()
-        .await;
+    let requests = (0..FLOOD).map(|i| {
+        http.post(&url)
+            .bearer_auth(format!("sy-guess-{i}"))
+            .json(&chat("r"))
+    });
+    let statuses = statuses_of(requests, 16).await;
     assert!(statuses.iter().all(|s| *s == 401));
     gateway.telemetry().wait_idle().await;
     let text = scrape(&gateway).await;
@@ -441,11 +416,7 @@ async fn a_flood_of_401s_from_one_address_writes_a_bounded_number_of_rows() {
 /// do not fire on typos.
 #[tokio::test]
 async fn a_clients_mistake_is_a_client_error_not_the_gateways() {
-    let fake = FakeUpstream::new("up")
-        .then(switchyard::fake::Behavior::status(422))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [switchyard::fake::Behavior::status(422)]).await;
     let gateway = one_route(&fake).with(OBSERVABILITY).start().await;
     let typo = post(&gateway, &chat("no-such-route")).await;
     assert_eq!(typo.status(), 404);
@@ -463,4 +434,23 @@ async fn a_clients_mistake_is_a_client_error_not_the_gateways() {
         .collect();
     assert!(outcomes.iter().any(|o| o == "client_error"), "{outcomes:?}");
     assert!(!outcomes.iter().any(|o| o == "error"), "{outcomes:?}");
+}
+
+/// Sends `requests`, `at_once` at a time, and collects their statuses.
+async fn statuses_of(
+    requests: impl Iterator<Item = reqwest::RequestBuilder>,
+    at_once: usize,
+) -> Vec<u16> {
+    futures_util::stream::iter(requests)
+        .map(|request| async move {
+            request
+                .send()
+                .await
+                .expect("gateway answers")
+                .status()
+                .as_u16()
+        })
+        .buffer_unordered(at_once)
+        .collect()
+        .await
 }

@@ -1,7 +1,6 @@
 //! The operator's path from a fresh directory to a running gateway: `init`, `check`, `serve`,
 //! the version, the service unit, and config errors that point at the line.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -236,10 +235,7 @@ fn the_systemd_unit_is_valid() {
 #[tokio::test]
 async fn logs_show_the_key_by_name_and_the_user_filter_and_follow() {
     let home = TempDir::new();
-    let fake = switchyard::fake::FakeUpstream::new("up")
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", []).await;
     let config = home.0.join("switchyard.toml");
     let text = TestGateway::new()
         .with("[server]\nlisten = \"127.0.0.1:0\"\n[store]\nurl = \"sqlite://gw.db\"\n")
@@ -310,13 +306,7 @@ async fn logs_show_the_key_by_name_and_the_user_filter_and_follow() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let stdout = follow.stdout.take().unwrap();
-    let (said, hear) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = said.send(line);
-        }
-    });
+    let hear = lines_of(follow.stdout.take().unwrap());
     let first = hear
         .recv_timeout(Duration::from_secs(10))
         .expect("bo's first row");
@@ -344,13 +334,7 @@ async fn stderr_of_one_request(cwd: &Path, config: &Path) -> Vec<String> {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (said, hear) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = said.send(line);
-        }
-    });
+    let hear = lines_of(child.stderr.take().unwrap());
     let mut lines = Vec::new();
     let addr = loop {
         let line = hear
@@ -383,10 +367,7 @@ async fn stderr_of_one_request(cwd: &Path, config: &Path) -> Vec<String> {
 #[tokio::test]
 async fn json_logs_and_an_access_log_that_can_be_turned_off() {
     let home = TempDir::new();
-    let fake = switchyard::fake::FakeUpstream::new("up")
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", []).await;
     let base = TestGateway::new()
         .with("[server]\nlisten = \"127.0.0.1:0\"\n")
         .with("[auth]\nrequired = false\n[store]\nurl = \"sqlite::memory:\"\n")

@@ -14,11 +14,7 @@ fn smart(fake: &FakeHandle) -> TestGateway {
 
 #[tokio::test]
 async fn json_passthrough_rewrites_only_the_model() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("forty-two"))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().content("forty-two")]).await;
     let gateway = smart(&fake).start().await;
 
     let mut body = chat("smart");
@@ -40,7 +36,7 @@ async fn json_passthrough_rewrites_only_the_model() {
 
 #[tokio::test]
 async fn provider_slash_model_routes_directly() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     // Any model of a configured provider, not only those in routes, once the operator says so.
     let gateway = TestGateway::new()
         .with("[auth]\nrequired = false\ndirect_models = true\n")
@@ -54,11 +50,11 @@ async fn provider_slash_model_routes_directly() {
 
 #[tokio::test]
 async fn sse_passthrough_forwards_each_event_and_the_end_marker() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("one two three four").chunks(4, 0))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted(
+        "up",
+        [Behavior::ok().content("one two three four").chunks(4, 0)],
+    )
+    .await;
     let gateway = smart(&fake).start().await;
 
     let response = post(&gateway, &chat_stream("smart")).await;
@@ -78,36 +74,34 @@ async fn sse_passthrough_forwards_each_event_and_the_end_marker() {
     assert_eq!(sent["stream_options"]["include_usage"], true);
 }
 
+/// Checks the gateway answered `status`, and returns the answer's JSON body.
+async fn json_of(response: reqwest::Response, status: u16) -> Value {
+    assert_eq!(response.status(), status);
+    response.json().await.unwrap()
+}
+
 #[tokio::test]
 async fn malformed_json_is_a_400_in_openai_shape() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = gateway(&provider("up", &fake)).await;
-    let response = client()
-        .post(format!("{}/v1/chat/completions", gateway.url()))
-        .header("content-type", "application/json")
-        .body("{\"model\": \"up/m\", \"messages\": [")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 400);
-    let body: Value = response.json().await.unwrap();
+    let response = post_raw(&gateway, "{\"model\": \"up/m\", \"messages\": [").await;
+    let body = json_of(response, 400).await;
     assert!(error_message(&body).contains("not valid JSON"), "{body}");
     assert_eq!(fake.calls(), 0);
 }
 
 #[tokio::test]
 async fn missing_messages_is_a_400_naming_the_param() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = gateway(&provider("up", &fake)).await;
     let response = post(&gateway, &json!({"model": "up/m"})).await;
-    assert_eq!(response.status(), 400);
-    let body: Value = response.json().await.unwrap();
+    let body = json_of(response, 400).await;
     assert_eq!(body["error"]["param"], "messages");
 }
 
 #[tokio::test]
 async fn unknown_model_is_a_404_in_openai_shape() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = gateway(&provider("up", &fake)).await;
     for model in ["no-such-route", "nobody/model"] {
         let response = post(&gateway, &chat(model)).await;
@@ -121,7 +115,7 @@ async fn unknown_model_is_a_404_in_openai_shape() {
 
 #[tokio::test]
 async fn a_body_over_the_limit_is_a_413_in_openai_shape() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = TestGateway::new()
         .with("[server]\nmax_body_bytes = 1024\n")
         .provider("up", &fake)
@@ -130,15 +124,14 @@ async fn a_body_over_the_limit_is_a_413_in_openai_shape() {
     let mut body = chat("up/m");
     body["messages"][0]["content"] = json!("x".repeat(4096));
     let response = post(&gateway, &body).await;
-    assert_eq!(response.status(), 413);
-    let body: Value = response.json().await.unwrap();
+    let body = json_of(response, 413).await;
     assert!(error_message(&body).contains("1024"), "{body}");
     assert_eq!(fake.calls(), 0);
 }
 
 #[tokio::test]
 async fn every_refused_request_still_gets_one_log_row() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = gateway(&provider("up", &fake)).await;
     let response = post(&gateway, &chat("missing")).await;
     let id = header(&response, "x-switchyard-request-id").to_owned();
@@ -148,18 +141,20 @@ async fn every_refused_request_still_gets_one_log_row() {
     assert_eq!(row.error.as_deref(), Some("model_not_found"));
 }
 
-#[tokio::test]
-async fn models_health_and_readiness_answer() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = smart(&fake).start().await;
-    let models: Value = client()
-        .get(format!("{}/v1/models", gateway.url()))
+/// GETs `path` on the gateway, with no credentials.
+async fn get(gateway: &switchyard::server::Gateway, path: &str) -> reqwest::Response {
+    client()
+        .get(format!("{}{path}", gateway.url()))
         .send()
         .await
         .unwrap()
-        .json()
-        .await
-        .unwrap();
+}
+
+#[tokio::test]
+async fn models_health_and_readiness_answer() {
+    let fake = scripted("up", []).await;
+    let gateway = smart(&fake).start().await;
+    let models: Value = get(&gateway, "/v1/models").await.json().await.unwrap();
     let ids: Vec<&str> = models["data"]
         .as_array()
         .unwrap()
@@ -167,23 +162,11 @@ async fn models_health_and_readiness_answer() {
         .filter_map(|m| m["id"].as_str())
         .collect();
     assert_eq!(ids, ["smart", "up/gpt-x"]);
-    let health = client()
-        .get(format!("{}/healthz", gateway.url()))
-        .send()
-        .await
-        .unwrap();
+    let health = get(&gateway, "/healthz").await;
     assert_eq!(health.status(), 200);
-    let ready = client()
-        .get(format!("{}/readyz", gateway.url()))
-        .send()
-        .await
-        .unwrap();
+    let ready = get(&gateway, "/readyz").await;
     assert_eq!(ready.status(), 200);
-    let missing = client()
-        .get(format!("{}/v1/nothing", gateway.url()))
-        .send()
-        .await
-        .unwrap();
+    let missing = get(&gateway, "/v1/nothing").await;
     assert_eq!(missing.status(), 404);
     let body: Value = missing.json().await.unwrap();
     error_message(&body);
@@ -191,10 +174,10 @@ async fn models_health_and_readiness_answer() {
 
 #[tokio::test]
 async fn metrics_count_requests_by_route_and_outcome() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = smart(&fake).with(OBSERVABILITY).start().await;
     let response = post(&gateway, &chat("smart")).await;
-    record(&gateway, header(&response, "x-switchyard-request-id")).await;
+    record_of(&gateway, &response).await;
     let text = observe(&gateway, "/metrics").await.text().await.unwrap();
     assert!(
         text.contains("switchyard_requests_total{route=\"smart\",outcome=\"success\"} 1"),
@@ -210,13 +193,7 @@ async fn metrics_count_requests_by_route_and_outcome() {
 
 /// Posts `body` as it is written, byte for byte.
 async fn post_raw(gateway: &switchyard::server::Gateway, body: &'static str) -> reqwest::Response {
-    client()
-        .post(format!("{}/v1/chat/completions", gateway.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap()
+    post_raw_json(gateway, "/v1/chat/completions", body).await
 }
 
 #[tokio::test]

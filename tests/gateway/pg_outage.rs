@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::fake::FakeHandle;
 use switchyard::store::postgres::testdb::TestDb;
 use tokio::time::Instant;
 
@@ -44,7 +44,7 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
     let db = TestDb::create_on(&server.url(), test)
         .await
         .expect("the test's own PostgreSQL answers");
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let head = TestGateway::new()
         .with("[auth]\nrequired = true\n[store]\n")
         .set("url", db.url());
@@ -189,7 +189,7 @@ async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
     let Some((db, proxy, url)) = behind_a_proxy(test).await else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let head = hung_store(&url)
         .with("[log]\n")
         .set("queue_records", QUEUE as i64);
@@ -237,7 +237,7 @@ async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
     let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let (gateway, _) = start_gateway(hung_store(&url), &fake).await;
     let responses = format!("{}/v1/responses", gateway.url);
     // Longer than any timeout of the gateway's own: only a wait on the store outlasts it.
@@ -245,15 +245,12 @@ async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
         .timeout(Duration::from_secs(20))
         .build()
         .unwrap();
-    let turn: serde_json::Value = client
-        .post(&responses)
-        .json(&serde_json::json!({"model": "r", "input": "Hello"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let turn = send_for_json(
+        client
+            .post(&responses)
+            .json(&serde_json::json!({"model": "r", "input": "Hello"})),
+    )
+    .await;
     let stored = format!("{responses}/{}", turn["id"].as_str().unwrap());
     assert_eq!(client.get(&stored).send().await.unwrap().status(), 200);
     proxy.freeze(true);
@@ -273,7 +270,7 @@ async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
     let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let config = serving(hung_store(&url), &fake).raw_text();
     const TOKEN: &str = "admin-token-for-a-hung-store";
     let mut started = Spawned::start_all(

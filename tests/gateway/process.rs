@@ -72,6 +72,17 @@ impl Drop for Served {
     }
 }
 
+/// Each line `output` writes, as it comes, read on a thread of its own.
+pub fn lines_of(output: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (said, hear) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(output).lines().map_while(Result::ok) {
+            let _ = said.send(line);
+        }
+    });
+    hear
+}
+
 /// `switchyard serve --config CONFIG` from `cwd`, with `env` set; once it says it listens.
 pub fn serve_with(cwd: &Path, config: &Path, env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(BIN)
@@ -86,13 +97,7 @@ pub fn serve_with(cwd: &Path, config: &Path, env: &[(&str, &str)]) -> Served {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (said, hear) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = said.send(line);
-        }
-    });
+    let hear = lines_of(child.stderr.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(30);
     let url = loop {
         let left = deadline.saturating_duration_since(Instant::now());

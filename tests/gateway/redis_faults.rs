@@ -43,24 +43,22 @@ fn redis_addr(server: &RedisServer) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], server.port))
 }
 
-async fn status(gateway: &Gateway) -> u16 {
-    post(gateway, &chat("smart")).await.status().as_u16()
+/// Asserts a burst of 25 under a limit of 20 got exactly 20 admissions and 5 refusals.
+fn assert_20_admitted_5_limited(statuses: &[u16]) {
+    let count = |code: u16| statuses.iter().filter(|s| **s == code).count();
+    assert_eq!(count(200), 20, "{statuses:?}");
+    assert_eq!(count(429), 5, "{statuses:?}");
 }
 
-async fn readyz(gateway: &Gateway) -> (u16, Value) {
-    let response = client()
-        .get(format!("{}/readyz", gateway.url()))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
+async fn status(gateway: &Gateway) -> u16 {
+    post(gateway, &chat("smart")).await.status().as_u16()
 }
 
 /// Polls `/readyz` until it answers `code`, for at most [`PATIENCE`].
 async fn readyz_until(gateway: &Gateway, code: u16) -> Value {
     let poll = async {
         loop {
-            let (status, body) = readyz(gateway).await;
+            let (status, body) = readiness(gateway).await;
             if status == code {
                 return body;
             }
@@ -105,7 +103,7 @@ async fn readiness_comes_back_with_redis_without_any_request() {
     let Some(mut server) = RedisServer::start("readiness_comes_back_with_redis") else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let gateway = config(&fake, &url, "closed", "requests_per_minute = 20", "")
         .start()
@@ -134,7 +132,7 @@ async fn readiness_notices_redis_going_away_without_any_request() {
     let Some(mut server) = RedisServer::start("readiness_notices_redis_going_away") else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let gateway = config(&fake, &url, "open", "requests_per_minute = 20", "")
         .start()
@@ -144,7 +142,7 @@ async fn readiness_notices_redis_going_away_without_any_request() {
     // Failing open keeps serving, so the instance stays in rotation, marked degraded.
     let poll = async {
         loop {
-            let (code, body) = readyz(&gateway).await;
+            let (code, body) = readiness(&gateway).await;
             if body["limits"]["healthy"] == false {
                 return (code, body);
             }
@@ -161,7 +159,7 @@ async fn readiness_notices_redis_going_away_without_any_request() {
 async fn cut_then_burst(fail: &str) -> Vec<u16> {
     let server = RedisServer::start("cut_then_burst").expect("redis-server");
     let proxy = Proxy::start(redis_addr(&server)).await;
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let role = "requests_per_minute = 20\nwindow = \"sliding\"";
     let gateway = config(&fake, &proxy.url(), fail, role, "").start().await;
     let mut statuses = vec![status(&gateway).await];
@@ -179,16 +177,7 @@ async fn a_cut_connection_costs_no_spurious_503_when_failing_closed() {
     }
     let statuses = cut_then_burst("closed").await;
     assert!(!statuses.contains(&503), "{statuses:?}");
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        20,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        5,
-        "{statuses:?}"
-    );
+    assert_20_admitted_5_limited(&statuses);
 }
 
 #[tokio::test]
@@ -197,16 +186,7 @@ async fn a_cut_connection_admits_no_extra_request_when_failing_open() {
         return;
     }
     let statuses = cut_then_burst("open").await;
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        20,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        5,
-        "{statuses:?}"
-    );
+    assert_20_admitted_5_limited(&statuses);
 }
 
 #[tokio::test]
@@ -215,7 +195,7 @@ async fn a_lost_reply_holds_no_slot_and_counts_once() {
         return;
     };
     let proxy = Proxy::start(redis_addr(&server)).await;
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let role = "requests_per_minute = 20\nmax_concurrent = 1";
     let gateway = config(&fake, &proxy.url(), "closed", role, "")
         .start()
@@ -244,11 +224,7 @@ async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
         return;
     };
     let proxy = Proxy::start(redis_addr(&server)).await;
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(100, 50))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().chunks(100, 50)]).await;
     let gateway = config(&fake, &proxy.url(), "closed", "max_concurrent = 1", "")
         .start()
         .await;
@@ -271,11 +247,7 @@ async fn a_slot_outlives_its_lease_while_its_stream_lives() {
         return;
     };
     // 16 chunks 300 ms apart: the stream outlives its 2 s lease by far.
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(16, 300))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().chunks(16, 300)]).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let lease = "lease = \"2s\"\n";
     let gateway = config(&fake, &url, "closed", "max_concurrent = 1", lease)
@@ -301,11 +273,8 @@ async fn a_slot_outlives_its_lease_while_its_stream_lives() {
 
 #[tokio::test]
 async fn failing_open_still_holds_each_instance_to_the_limit() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let fake = scripted("up", []).await;
+    let closed = closed_addr();
     let url = format!("redis://{closed}");
     let gateway = config(
         &fake,
@@ -317,16 +286,7 @@ async fn failing_open_still_holds_each_instance_to_the_limit() {
     .start()
     .await;
     let statuses = futures_util::future::join_all((0..25).map(|_| status(&gateway))).await;
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        20,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        5,
-        "{statuses:?}"
-    );
+    assert_20_admitted_5_limited(&statuses);
 }
 
 #[tokio::test]
@@ -334,7 +294,7 @@ async fn the_health_check_ends_with_the_gateway() {
     let Some(server) = RedisServer::start("the_health_check_ends_with_the_gateway") else {
         return;
     };
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let gateway = config(&fake, &url, "closed", "max_concurrent = 1", "")
         .start()
@@ -405,7 +365,7 @@ async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
     drop(streams);
     let pending = async {
         loop {
-            let (_, body) = readyz(&gateway).await;
+            let (_, body) = readiness(&gateway).await;
             if body["limits"]["pending_releases"] == 3 {
                 return;
             }
@@ -421,7 +381,7 @@ async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
     proxy.cut();
     let first = post(&gateway, &chat("smart")).await;
     assert_eq!(first.status(), 200, "not locked out past the reconnect");
-    let (_, body) = readyz(&gateway).await;
+    let (_, body) = readiness(&gateway).await;
     assert_eq!(body["limits"]["pending_releases"], 0, "{body}");
 }
 
@@ -433,7 +393,7 @@ async fn a_slow_redis_holds_no_request(fail: &str) {
         return;
     };
     let proxy = Proxy::start(redis_addr(&server)).await;
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = config(
         &fake,
         &proxy.url(),

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use serde_json::Value;
 use switchyard::config::Config;
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 
@@ -91,8 +91,8 @@ fn balanced(a: &FakeHandle, b: &FakeHandle, weights: (u32, u32)) -> TestGateway 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_serves_at_once() {
-    let a = FakeUpstream::new("a").start().await.unwrap();
-    let b = FakeUpstream::new("b").start().await.unwrap();
+    let a = scripted("a", []).await;
+    let b = scripted("b", []).await;
     let served = FromFile::start(&balanced(&a, &b, (1, 1))).await;
     let gateway = &served.gateway;
     assert_eq!(post(gateway, &chat("fresh")).await.status(), 404);
@@ -163,11 +163,7 @@ async fn two_thousand_requests_across_a_reload_all_succeed_and_the_new_route_ser
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_in_flight_finishes_on_the_config_it_started_with() {
-    let slow = FakeUpstream::new("slow")
-        .then(Behavior::ok().delay_ms(1_000))
-        .start()
-        .await
-        .unwrap();
+    let slow = scripted("slow", [Behavior::ok().delay_ms(1_000)]).await;
     let slow_route = |name: &str| {
         TestGateway::new()
             .provider("slow", &slow)
@@ -193,7 +189,7 @@ async fn a_request_in_flight_finishes_on_the_config_it_started_with() {
 
 #[tokio::test]
 async fn an_invalid_file_changes_nothing_and_the_answer_names_the_field() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let served = FromFile::start(&one_route(&up).with(OBSERVABILITY)).await;
     let anonymous = client()
         .post(format!("{}/admin/reload", served.gateway.admin_url()))
@@ -226,7 +222,7 @@ async fn an_invalid_file_changes_nothing_and_the_answer_names_the_field() {
 
 #[tokio::test]
 async fn a_setting_that_needs_a_restart_is_named_and_the_rest_applies() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let served = FromFile::start(&one_route(&up).with(OBSERVABILITY)).await;
     let before = metrics_text(&served.gateway.url(), METRICS_TOKEN).await;
     served.rewrite(

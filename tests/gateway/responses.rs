@@ -3,7 +3,7 @@
 //! degraded tier, and a 400 naming every field that cannot be carried.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 
 use super::support::*;
 
@@ -65,8 +65,7 @@ pub fn output_text(response: &Value) -> String {
 
 #[tokio::test]
 async fn a_responses_provider_gets_the_body_with_only_the_model_rewritten() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([]).await;
     let gateway = chain(&primary, "openai", &secondary, "").await;
     let body = json!({"model": "r", "input": [{"role": "user", "content": "Hi"}],
                       "include": ["reasoning.encrypted_content"], "store": true, "metadata": {"k": "v"}});
@@ -115,7 +114,7 @@ async fn only_openais_own_base_url_speaks_the_responses_api_by_default() {
 
 #[tokio::test]
 async fn a_chat_only_step_gets_chat_and_answers_a_response_object() {
-    let fake = FakeUpstream::new("compat").start().await.unwrap();
+    let fake = scripted("compat", []).await;
     let gateway = compat(&fake).start().await;
     let body = json!({"model": "r", "instructions": "Be brief.", "input": "Hello there",
                       "max_output_tokens": 64, "temperature": 0.3, "reasoning": {"effort": "low"}});
@@ -143,12 +142,7 @@ async fn a_chat_only_step_gets_chat_and_answers_a_response_object() {
 #[tokio::test]
 async fn a_failing_responses_step_falls_back_to_an_anthropic_step() {
     for stream in [false, true] {
-        let primary = FakeUpstream::new("primary")
-            .then(Behavior::status(500))
-            .start()
-            .await
-            .unwrap();
-        let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+        let (primary, secondary) = primary_and_secondary([Behavior::status(500)]).await;
         let gateway = chain(&primary, "anthropic", &secondary, "").await;
         let mut body = request("r");
         body["stream"] = json!(stream);
@@ -177,11 +171,11 @@ async fn a_failing_responses_step_falls_back_to_an_anthropic_step() {
 
 #[tokio::test]
 async fn a_function_tool_round_trip_translates_both_ways() {
-    let fake = FakeUpstream::new("compat")
-        .then(Behavior::ok().tool_call("weather", json!({"city": "Oslo"})))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted(
+        "compat",
+        [Behavior::ok().tool_call("weather", json!({"city": "Oslo"}))],
+    )
+    .await;
     let gateway = compat(&fake).start().await;
     let tools = json!([{"type": "function", "name": "weather", "description": "Weather in a city",
                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
@@ -220,11 +214,7 @@ async fn a_function_tool_round_trip_translates_both_ways() {
 
 #[tokio::test]
 async fn a_json_schema_text_format_is_sent_as_response_format() {
-    let fake = FakeUpstream::new("compat")
-        .then(Behavior::ok().content("{\"city\":\"Oslo\"}"))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("compat", [Behavior::ok().content("{\"city\":\"Oslo\"}")]).await;
     let gateway = compat(&fake).start().await;
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false});
     let body = json!({"model": "r", "input": "City?", "text": {"format": {"type": "json_schema", "name": "city", "schema": schema, "strict": true}}});
@@ -239,7 +229,7 @@ async fn a_json_schema_text_format_is_sent_as_response_format() {
 
 #[tokio::test]
 async fn fields_that_cannot_be_carried_are_a_400_naming_them() {
-    let fake = FakeUpstream::new("compat").start().await.unwrap();
+    let fake = scripted("compat", []).await;
     let gateway = compat(&fake).start().await;
     for (body, param) in [
         (
@@ -273,7 +263,7 @@ async fn fields_that_cannot_be_carried_are_a_400_naming_them() {
 
 #[tokio::test]
 async fn reasoning_effort_is_refused_for_an_anthropic_step() {
-    let fake = FakeUpstream::new("claude").start().await.unwrap();
+    let fake = scripted("claude", []).await;
     let gateway = TestGateway::new()
         .provider_of("anthropic", "claude", &fake)
         .route("r", &[("claude", "m")], "")

@@ -3,7 +3,7 @@
 //! each virtual key seeing only its own responses.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 
 use super::responses::{chain, create, output_text, request};
 use super::support::*;
@@ -40,13 +40,15 @@ async fn send(
 async fn previous_response_id_works_when_another_provider_serves_the_next_turn() {
     for stream in [false, true] {
         // Turn 1 is served by the Responses provider; turn 2 by the Anthropic fallback.
-        let primary = FakeUpstream::new("primary")
-            .then(Behavior::ok().content("Oslo is sunny."))
-            .then(Behavior::status(500))
-            .start()
-            .await
-            .unwrap();
-        let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+        let primary = scripted(
+            "primary",
+            [
+                Behavior::ok().content("Oslo is sunny."),
+                Behavior::status(500),
+            ],
+        )
+        .await;
+        let secondary = scripted("secondary", []).await;
         let gateway = chain(&primary, "anthropic", &secondary, "").await;
         let mut first = json!({"model": "r", "input": "Weather in Oslo?", "stream": stream});
         let response = create(&gateway, &first).await;
@@ -100,17 +102,8 @@ async fn previous_response_id_works_when_another_provider_serves_the_next_turn()
 
 #[tokio::test]
 async fn a_turn_served_by_a_translated_step_continues_on_a_responses_provider() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::ok().content("Hi, Ada."))
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted("primary", [Behavior::status(500), Behavior::ok()]).await;
+    let secondary = scripted("secondary", [Behavior::ok().content("Hi, Ada.")]).await;
     let gateway = chain(&primary, "anthropic", &secondary, "").await;
     let first: Value = create(&gateway, &json!({"model": "r", "input": "I am Ada."}))
         .await
@@ -131,7 +124,7 @@ async fn a_turn_served_by_a_translated_step_continues_on_a_responses_provider() 
 
 #[tokio::test]
 async fn stored_responses_are_retrieved_and_deleted_by_their_own_key_only() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = served_by("p", &fake)
         .with("[auth]\nrequired = true\n[[roles]]\nname = \"default\"\n")
         .start()
@@ -195,7 +188,7 @@ async fn stored_responses_are_retrieved_and_deleted_by_their_own_key_only() {
 
 #[tokio::test]
 async fn store_false_keeps_nothing() {
-    let fake = FakeUpstream::new("p").start().await.unwrap();
+    let fake = scripted("p", []).await;
     let gateway = served_by("p", &fake).start().await;
     let mut body = request("r");
     body["store"] = json!(false);
@@ -244,16 +237,16 @@ async fn the_demos_responses_line_is_served_by_its_fallback_step() {
 
 #[tokio::test]
 async fn an_item_reference_to_a_stored_output_item_reaches_a_translated_step_as_the_item() {
-    let fake = FakeUpstream::new("compat")
-        .then(
+    let fake = scripted(
+        "compat",
+        [
             Behavior::ok()
                 .content("")
                 .tool_call("weather", json!({"city": "Oslo"})),
-        )
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
+            Behavior::ok(),
+        ],
+    )
+    .await;
     let gateway = served_by("compat", &fake).start().await;
     let tools = json!([{"type": "function", "name": "weather", "parameters": {"type": "object"}}]);
     let first: Value = create(

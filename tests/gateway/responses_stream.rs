@@ -3,7 +3,7 @@
 //! point ending with an `error` event.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 
 use super::responses::{chain, create, output_text, request, responses_provider};
 use super::support::*;
@@ -17,7 +17,7 @@ fn compat(fake: &FakeHandle) -> TestGateway {
 
 #[tokio::test]
 async fn a_translated_stream_has_the_documented_event_sequence() {
-    let fake = FakeUpstream::new("compat").start().await.unwrap();
+    let fake = scripted("compat", []).await;
     let gateway = compat(&fake).start().await;
     let mut body = request("r");
     body["stream"] = json!(true);
@@ -65,11 +65,11 @@ async fn a_translated_stream_has_the_documented_event_sequence() {
 
 #[tokio::test]
 async fn a_streamed_function_call_has_its_argument_events() {
-    let fake = FakeUpstream::new("compat")
-        .then(Behavior::ok().tool_call("weather", json!({"city": "Oslo"})))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted(
+        "compat",
+        [Behavior::ok().tool_call("weather", json!({"city": "Oslo"}))],
+    )
+    .await;
     let gateway = compat(&fake).start().await;
     let body = json!({"model": "r", "input": "Weather?", "stream": true,
                       "tools": [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]});
@@ -89,16 +89,8 @@ async fn a_streamed_function_call_has_its_argument_events() {
 
 #[tokio::test]
 async fn the_degraded_tier_answers_a_response_object_and_stream() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
+    let primary = scripted("primary", [Behavior::status(500)]).await;
+    let secondary = scripted("secondary", [Behavior::status(500)]).await;
     let gateway = chain(
         &primary,
         "openai",
@@ -124,11 +116,7 @@ async fn the_degraded_tier_answers_a_response_object_and_stream() {
 #[tokio::test]
 async fn a_failure_after_commit_ends_with_an_error_event() {
     for passthrough in [true, false] {
-        let fake = FakeUpstream::new("p")
-            .then(Behavior::ok().chunks(4, 0).error_after(2))
-            .start()
-            .await
-            .unwrap();
+        let fake = scripted("p", [Behavior::ok().chunks(4, 0).error_after(2)]).await;
         let gateway = TestGateway::new()
             .with(&responses_provider("openai", "p", &fake, passthrough))
             .route("r", &[("p", "m")], "")

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 use switchyard::server::Gateway;
 
 use super::support::*;
@@ -28,12 +28,8 @@ async fn ask(gateway: &Gateway) -> (reqwest::Response, Duration) {
 /// primary answers 429 with `retry-after: value`; the request must fall back to secondary,
 /// and the gateway must go on serving afterwards.
 async fn falls_back_past(value: &str) {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429).header("retry-after", value))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) =
+        primary_and_secondary([Behavior::status(429).header("retry-after", value)]).await;
     let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
 
     let (response, elapsed) = ask(&gateway).await;
@@ -73,11 +69,7 @@ async fn a_retry_after_date_far_in_the_future_falls_back_within_the_deadline() {
 #[tokio::test]
 async fn an_absurd_retry_after_on_the_last_step_is_a_clean_error() {
     for value in ["1e300", "18446744073709551615"] {
-        let only = FakeUpstream::new("only")
-            .then(Behavior::status(429).header("retry-after", value))
-            .start()
-            .await
-            .unwrap();
+        let only = scripted("only", [Behavior::status(429).header("retry-after", value)]).await;
         let gateway = TestGateway::new()
             .provider("only", &only)
             .route("r", &[("only", "model-a")], "")

@@ -33,11 +33,7 @@ fn steps_without_breakers(primary: &FakeHandle, secondary: &FakeHandle) -> TestG
 }
 
 async fn answering(name: &str, status: u16) -> FakeHandle {
-    FakeUpstream::new(name)
-        .then(Behavior::status(status))
-        .start()
-        .await
-        .unwrap()
+    scripted(name, [Behavior::status(status)]).await
 }
 
 async fn failing(name: &str) -> FakeHandle {
@@ -106,7 +102,7 @@ async fn a_primary_failing_thirty_percent_never_costs_a_request() {
     const CLIENTS: usize = 8;
     const TOTAL: usize = 1_500;
     let primary = cycling_primary(&[500, 200, 200, 500, 200, 200, 500, 200, 200, 200]).await;
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = two_step(&primary, &secondary, "").await;
     let url = format!("{}/v1/chat/completions", gateway.url());
     let body = Arc::new(chat("r"));
@@ -176,7 +172,7 @@ async fn a_rate_limit_storm_has_its_retries_in_place_capped_and_still_falls_back
     // A budget of exactly 10 retries in place per 10 s at the primary, which answers 429 to
     // everything; 3 attempts per step would make 2 retries a request without it.
     let primary = answering("primary", 429).await;
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = steps_without_breakers(&primary, &secondary)
         .with(FLOOR_OF_TEN)
         .with(QUICK_BACKOFF)
@@ -198,7 +194,7 @@ async fn a_rate_limit_storm_has_its_retries_in_place_capped_and_still_falls_back
 #[tokio::test]
 async fn a_single_failing_request_always_falls_back() {
     let primary = failing("primary").await;
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     // The defaults: 20 % of one request is no retry, but the floor of 3 a second is.
     let gateway = steps_without_breakers(&primary, &secondary).start().await;
     let response = post(&gateway, &chat("r")).await;
@@ -211,7 +207,7 @@ async fn a_single_failing_request_always_falls_back() {
 async fn occasional_failures_all_fall_back() {
     // One request in ten fails on step 0, from the very first one on.
     let primary = cycling_primary(&[500, 200, 200, 200, 200, 200, 200, 200, 200, 200]).await;
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = steps_without_breakers(&primary, &secondary).start().await;
     const TOTAL: usize = 200;
     let body = chat("r");
@@ -231,7 +227,7 @@ async fn occasional_failures_all_fall_back() {
 /// 10 retries in place per 10 s.
 async fn floor_of_ten(extra_route: &str) -> (FakeHandle, FakeHandle, Gateway) {
     let primary = answering("primary", 429).await;
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let secondary = scripted("secondary", []).await;
     let gateway = steps_without_breakers(&primary, &secondary)
         .with(FLOOR_OF_TEN)
         .with(QUICK_BACKOFF)

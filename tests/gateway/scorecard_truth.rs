@@ -3,7 +3,7 @@
 //! to the provider that rescued the request.
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 
 use super::support::*;
 
@@ -15,7 +15,7 @@ async fn scorecard(gateway: &switchyard::server::Gateway) -> Value {
 
 #[tokio::test]
 async fn a_flood_of_client_404s_leaves_availability_at_100_percent() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let gateway = TestGateway::new()
         .provider("up", &up)
         .route("r", &[("up", "m")], "")
@@ -44,17 +44,9 @@ async fn a_flood_of_client_404s_leaves_availability_at_100_percent() {
 
 #[tokio::test]
 async fn a_route_served_by_its_fallback_flags_the_route_not_the_rescuer() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(500)]).await;
     let gateway = TestGateway::new()
-        .provider("primary", &primary)
-        .provider("secondary", &secondary)
-        .route("r", &[("primary", "model-a"), ("secondary", "model-b")], "")
-        .fast_retry()
+        .fallback_chain(&primary, &secondary, ["model-a", "model-b"])
         .with(OBSERVABILITY)
         .with("[breaker]\nconsecutive_failures = 1000\nmin_requests = 1000\n")
         .start()

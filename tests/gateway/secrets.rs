@@ -4,7 +4,7 @@
 //! role reaches only the models it is allowed.
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream, Script};
+use switchyard::fake::{Behavior, FakeHandle, Script};
 use switchyard::server::Gateway;
 
 use super::support::*;
@@ -170,8 +170,8 @@ fn cases(location: &FakeHandle) -> Vec<Case> {
 
 /// Runs every case from both client formats against a provider of `kind`.
 async fn no_leak_through(kind: &str) {
-    let upstream = FakeUpstream::new("up").start().await.unwrap();
-    let location = FakeUpstream::new("elsewhere").start().await.unwrap();
+    let upstream = scripted("up", []).await;
+    let location = scripted("elsewhere", []).await;
     let gateway = keyed_gateway(kind, &upstream).await;
     let mut seen_marker = false;
     let mut leaks = Vec::new();
@@ -265,16 +265,16 @@ async fn an_azure_key_echoed_back_never_leaves_the_gateway() {
 
 #[tokio::test]
 async fn a_redirect_is_a_failed_attempt_and_the_next_step_serves() {
-    let location = FakeUpstream::new("elsewhere").start().await.unwrap();
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(302).header(
+    let location = scripted("elsewhere", []).await;
+    let primary = scripted(
+        "primary",
+        [Behavior::status(302).header(
             "location",
             &format!("{}/v1/chat/completions", location.base_url()),
-        ))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+        )],
+    )
+    .await;
+    let secondary = scripted("secondary", []).await;
     let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
@@ -303,7 +303,7 @@ async fn url_gateway(fake: &FakeHandle) -> Gateway {
 
 #[tokio::test]
 async fn a_model_name_that_would_change_the_upstream_url_is_refused() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = url_gateway(&fake).await;
     let names = [
         "gem/../../../v1beta/tunedModels?x=",
@@ -345,7 +345,7 @@ async fn a_model_name_that_would_change_the_upstream_url_is_refused() {
 
 #[tokio::test]
 async fn a_model_name_goes_into_the_url_as_one_encoded_segment() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = url_gateway(&fake).await;
     for name in ["gem/tuned%2Fx", "az/my%2Fdeployment"] {
         let _ = post(&gateway, &chat(name)).await.text().await;

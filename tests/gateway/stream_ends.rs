@@ -4,7 +4,7 @@
 //! Without a finish reason the close is a truncation, and the client is told.
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 use switchyard::server::Gateway;
 
 use super::support::*;
@@ -46,11 +46,7 @@ fn upstream(kind: &str, finished: bool) -> String {
 
 /// A gateway in front of one fake of `kind` that streams `body` and closes.
 async fn serving(kind: &str, body: &str) -> (Gateway, switchyard::fake::FakeHandle) {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().body(body))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().body(body)]).await;
     let gateway = TestGateway::new()
         .provider_of(kind, "up", &fake)
         .route("r", &[("up", "m")], "")

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::telemetry::Outcome;
 
 use super::support::*;
@@ -33,12 +33,7 @@ async fn failures_before_the_first_event_fall_back() {
         ),
     ];
     for (case, behavior) in cases {
-        let primary = FakeUpstream::new("primary")
-            .then(behavior)
-            .start()
-            .await
-            .unwrap();
-        let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+        let (primary, secondary) = primary_and_secondary([behavior]).await;
         let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
         let response = post(&gateway, &chat_stream("r")).await;
         assert_eq!(response.status(), 200, "{case}");
@@ -58,12 +53,7 @@ async fn failures_before_the_first_event_fall_back() {
 async fn the_attempt_timeout_runs_to_the_first_event() {
     // Headers come at once; the first event would come only after 5 s.
     let slow_first_event = Behavior::ok().first_event_after(5_000);
-    let primary = FakeUpstream::new("primary")
-        .then(slow_first_event)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([slow_first_event]).await;
     let retry = "[retry]\nattempt_timeout = \"300ms\"\nrequest_deadline = \"10s\"\n";
     let gateway = two_step(&primary, &secondary, retry).await;
     let response = post(&gateway, &chat_stream("r")).await;
@@ -72,13 +62,11 @@ async fn the_attempt_timeout_runs_to_the_first_event() {
 
 #[tokio::test]
 async fn a_429_before_commit_is_retried_and_a_degraded_stream_parses() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429).header("retry-after", "0"))
-        .then(Behavior::ok())
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([
+        Behavior::status(429).header("retry-after", "0"),
+        Behavior::ok(),
+    ])
+    .await;
     let gateway = two_step(&primary, &secondary, FAST_RETRY).await;
     let response = post(&gateway, &chat_stream("r")).await;
     assert_eq!(header(&response, "x-switchyard-step"), "0");
@@ -88,11 +76,11 @@ async fn a_429_before_commit_is_retried_and_a_degraded_stream_parses() {
 
 #[tokio::test]
 async fn events_are_forwarded_as_they_arrive() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("one two three").chunks(3, 1_000))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted(
+        "up",
+        [Behavior::ok().content("one two three").chunks(3, 1_000)],
+    )
+    .await;
     let gateway = only(&fake).start().await;
     let response = post(&gateway, &chat_stream("r")).await;
     // The serving step is known before the first token.
@@ -118,12 +106,7 @@ async fn mid_stream(
     behavior: Behavior,
     retry: &str,
 ) -> (Vec<String>, usize, switchyard::telemetry::RequestRecord) {
-    let primary = FakeUpstream::new("primary")
-        .then(behavior)
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([behavior]).await;
     let gateway = two_step(&primary, &secondary, retry).await;
     let response = post(&gateway, &chat_stream("r")).await;
     assert_eq!(response.status(), 200);
@@ -187,11 +170,7 @@ async fn a_stall_past_the_idle_timeout_ends_with_an_error_event() {
 
 #[tokio::test]
 async fn usage_is_counted_and_stripped_unless_asked_for() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().content("one two three"))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().content("one two three")]).await;
     let gateway = only(&fake).start().await;
 
     let response = post(&gateway, &chat_stream("r")).await;
@@ -219,11 +198,7 @@ async fn usage_is_counted_and_stripped_unless_asked_for() {
 
 #[tokio::test]
 async fn a_client_disconnect_cancels_the_upstream_and_is_logged() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(50, 100))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().chunks(50, 100)]).await;
     let gateway = only(&fake).start().await;
     let response = post(&gateway, &chat_stream("r")).await;
     let id = header(&response, "x-switchyard-request-id").to_owned();
@@ -242,11 +217,7 @@ async fn a_client_disconnect_cancels_the_upstream_and_is_logged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_disconnects_leak_no_connections_or_tasks() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::ok().chunks(1_000, 20))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::ok().chunks(1_000, 20)]).await;
     let gateway = only(&fake).start().await;
     let client = client();
     let disconnect = || async {

@@ -406,3 +406,140 @@ impl TestGateway {
         self.toml.clone()
     }
 }
+
+// Helpers for the fallback, breaker, streaming and reload tests.
+
+/// A started fake upstream named `name` that answers its first calls with `script`, in order.
+pub async fn scripted(
+    name: &str,
+    script: impl IntoIterator<Item = switchyard::fake::Behavior>,
+) -> FakeHandle {
+    script
+        .into_iter()
+        .fold(
+            switchyard::fake::FakeUpstream::new(name),
+            switchyard::fake::FakeUpstream::then,
+        )
+        .start()
+        .await
+        .expect("fake starts")
+}
+
+/// The usual pair for a chain: a `primary` scripted with `script`, and a `secondary` that
+/// always answers.
+pub async fn primary_and_secondary(
+    script: impl IntoIterator<Item = switchyard::fake::Behavior>,
+) -> (FakeHandle, FakeHandle) {
+    (
+        scripted("primary", script).await,
+        scripted("secondary", []).await,
+    )
+}
+
+/// The log row of the request that `response` answered.
+pub async fn record_of(gateway: &Gateway, response: &reqwest::Response) -> RequestRecord {
+    record(gateway, header(response, "x-switchyard-request-id")).await
+}
+
+/// Starts `config` with the admin API on, behind `token`.
+pub async fn start_with_admin(config: &TestGateway, token: &str) -> Gateway {
+    let options = switchyard::server::StartOptions {
+        admin_token: Some(switchyard::keys::Secret::new(token)),
+        ..Default::default()
+    };
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    Gateway::start_with(config.config(), addr, options)
+        .await
+        .expect("gateway starts")
+}
+
+/// GETs `url` with `token` as the bearer and reads the JSON body.
+pub async fn get_json(url: &str, token: &str) -> Value {
+    client()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("gateway answers")
+        .json()
+        .await
+        .expect("a JSON body")
+}
+
+impl TestGateway {
+    /// Route `r` = primary → secondary at `models`, with quick retries.
+    pub fn fallback_chain(
+        self,
+        primary: &FakeHandle,
+        secondary: &FakeHandle,
+        models: [&str; 2],
+    ) -> TestGateway {
+        self.provider("primary", primary)
+            .provider("secondary", secondary)
+            .route("r", &[("primary", models[0]), ("secondary", models[1])], "")
+            .fast_retry()
+    }
+}
+
+// Helpers for the limits, keys, endpoints and other gateway tests.
+
+/// A gateway whose one route `route` goes to `model` on the provider `name` for `fake`.
+pub async fn one_route(name: &str, fake: &FakeHandle, route: &str, model: &str) -> Gateway {
+    TestGateway::new()
+        .provider(name, fake)
+        .route(route, &[(name, model)], "")
+        .start()
+        .await
+}
+
+/// An address nothing listens on: every connection to it is refused.
+pub fn closed_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+}
+
+/// Posts `body`, sent as it is and labelled JSON, to `path` on the gateway.
+pub async fn post_raw_json(gateway: &Gateway, path: &str, body: &'static str) -> reqwest::Response {
+    client()
+        .post(format!("{}{path}", gateway.url()))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("gateway answers")
+}
+
+/// Runs the `switchyard` binary in `cwd` with `args` and without the secrets a developer's
+/// environment may hold, so that only the test's files count.
+pub fn run_switchyard(cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .current_dir(cwd)
+        .args(args)
+        .env_remove("SWITCHYARD_MASTER_KEY")
+        .env_remove("SWITCHYARD_ADMIN_TOKEN")
+        .output()
+        .expect("the binary runs")
+}
+
+/// `GET /readyz` on the client port: its status and body.
+pub async fn readiness(gateway: &Gateway) -> (u16, Value) {
+    let response = client()
+        .get(format!("{}/readyz", gateway.url()))
+        .send()
+        .await
+        .expect("gateway answers");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+/// Sends `request` and reads the answer's JSON body, whatever its status.
+pub async fn send_for_json(request: reqwest::RequestBuilder) -> Value {
+    request
+        .send()
+        .await
+        .expect("gateway answers")
+        .json()
+        .await
+        .expect("a JSON body")
+}

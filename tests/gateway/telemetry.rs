@@ -232,7 +232,7 @@ async fn seventy_twenty_ten_are_exact_in_metrics_and_the_scorecard_even_after_a_
 
 #[tokio::test]
 async fn the_dashboard_is_one_page_with_nothing_external() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = super::support::scripted("up", []).await;
     let gateway = TestGateway::new()
         .provider("up", &fake)
         .route("r", &[("up", "m")], "")

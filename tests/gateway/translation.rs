@@ -2,18 +2,14 @@
 //! the rest is a 400 naming it. Same-format steps get the request as it came.
 
 use serde_json::{Value, json};
-use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::server::Gateway;
 
 use super::support::*;
 
 /// Route `r` over one fake of `kind`, route `d` straight to a second of the other kind.
 async fn one_step(kind: &str, behavior: Behavior) -> (FakeHandle, Gateway) {
-    let up = FakeUpstream::new("up")
-        .then(behavior)
-        .start()
-        .await
-        .unwrap();
+    let up = scripted("up", [behavior]).await;
     let gateway = TestGateway::new()
         .provider_of(kind, "up", &up)
         .route("r", &[("up", "model-x")], "")
@@ -326,13 +322,7 @@ async fn a_body_only_a_tree_refuses_is_a_400_for_a_translating_step_never_an_emp
     // translation cannot build a tree of it.
     let body = r#"{"model":"r","messages":[{"role":"user","content":"hi"}],"seed":1e400}"#;
     let (up, gateway) = one_step("anthropic", Behavior::ok()).await;
-    let response = client()
-        .post(format!("{}/v1/chat/completions", gateway.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_raw_json(&gateway, "/v1/chat/completions", body).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
     let message = error["error"]["message"].as_str().unwrap();
@@ -348,13 +338,7 @@ async fn a_body_only_a_tree_refuses_is_a_400_for_a_translating_step_never_an_emp
 async fn a_responses_body_only_a_tree_refuses_is_a_400() {
     let body = r#"{"model":"r","input":"hi","temperature":1e400}"#;
     let (up, gateway) = one_step("openai", Behavior::ok()).await;
-    let response = client()
-        .post(format!("{}/v1/responses", gateway.url()))
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let response = post_raw_json(&gateway, "/v1/responses", body).await;
     assert_eq!(response.status(), 400);
     let error: Value = response.json().await.unwrap();
     assert!(error.to_string().contains("number out of range"), "{error}");

@@ -172,7 +172,7 @@ async fn a_connection_the_upstream_closed_is_not_used_again() {
     for _ in 0..10 {
         let response = post(&gateway, &chat("r")).await;
         assert_eq!(response.status(), 200);
-        let row = record(&gateway, header(&response, "x-switchyard-request-id")).await;
+        let row = record_of(&gateway, &response).await;
         assert_eq!(row.attempts.len(), 1, "{:?}", row.attempts);
     }
     assert_eq!(upstream.accepted(), 10);

@@ -4,7 +4,7 @@
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use switchyard::fake::{FakeHandle, FakeUpstream};
+use switchyard::fake::FakeHandle;
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 use switchyard::store::now_ms;
@@ -20,6 +20,42 @@ async fn keyed_gateway(primary: &FakeHandle, secondary: &FakeHandle) -> Gateway 
 }
 
 /// The config [`keyed_gateway`] runs.
+/// A keyed gateway's config whose store is SQLite in a fresh directory named for `tag`,
+/// written to `switchyard.toml` there: the directory, the config and the file.
+pub(super) fn keyed_config_on_disk(
+    primary: &FakeHandle,
+    secondary: &FakeHandle,
+    tag: &str,
+) -> (std::path::PathBuf, TestGateway, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("switchyard-{tag}-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let served = keyed_config(primary, secondary).with("[store]\n").set(
+        "url",
+        format!("sqlite://{}", dir.join("store.db").display()),
+    );
+    let config = dir.join("switchyard.toml");
+    std::fs::write(&config, served.raw_text()).unwrap();
+    (dir, served, config)
+}
+
+/// Runs `switchyard vkeys <args> --config <config>`.
+pub(super) fn vkeys_cli(config: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["vkeys"])
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap()
+}
+
+/// Sends `body` to the admin API, which must refuse it with a 400: its answer.
+pub(super) async fn refused(gateway: &Gateway, method: Method, path: &str, body: &Value) -> Value {
+    let (status, answer) = admin(gateway, method, path, Some(body.clone())).await;
+    assert_eq!(status, 400, "{body} -> {answer}");
+    answer
+}
+
 pub(super) fn keyed_config(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway {
     TestGateway::new()
         .with("[auth]\nrequired = true\n")
@@ -43,8 +79,8 @@ pub(super) async fn start(config: &TestGateway) -> Gateway {
 }
 
 pub(super) async fn started() -> (FakeHandle, FakeHandle, Gateway) {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = keyed_gateway(&primary, &secondary).await;
     (primary, secondary, gateway)
 }
@@ -236,14 +272,7 @@ async fn bad_requests_are_refused_with_the_field_at_fault() {
         (json!({"role": "ae"}), None),
     ];
     for (body, param) in creates {
-        let (status, answer) = admin(
-            &gateway,
-            Method::POST,
-            "/admin/virtual-keys",
-            Some(body.clone()),
-        )
-        .await;
-        assert_eq!(status, 400, "{body} -> {answer}");
+        let answer = refused(&gateway, Method::POST, "/admin/virtual-keys", &body).await;
         let message = error_message(&answer);
         assert_eq!(answer["error"]["param"], json!(param), "{body} -> {answer}");
         if body.get("admin").is_some() {
@@ -277,8 +306,7 @@ async fn bad_requests_are_refused_with_the_field_at_fault() {
         (json!({"expires_ms": past}), Some("expires_ms")),
     ];
     for (body, param) in updates {
-        let (status, answer) = admin(&gateway, Method::PATCH, &path, Some(body.clone())).await;
-        assert_eq!(status, 400, "{body} -> {answer}");
+        let answer = refused(&gateway, Method::PATCH, &path, &body).await;
         error_message(&answer);
         assert_eq!(answer["error"]["param"], json!(param), "{body} -> {answer}");
     }
@@ -454,26 +482,11 @@ async fn an_expired_key_is_refused_with_a_401_and_a_log_row() {
 
 #[tokio::test]
 async fn the_cli_and_the_api_share_keys_and_refuse_the_same_requests() {
-    let primary = FakeUpstream::new("primary").start().await.unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
-    let dir = std::env::temp_dir().join(format!("switchyard-vkeys-{}", uuid::Uuid::now_v7()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let served = keyed_config(&primary, &secondary).with("[store]\n").set(
-        "url",
-        format!("sqlite://{}", dir.join("store.db").display()),
-    );
-    let config = dir.join("switchyard.toml");
-    std::fs::write(&config, served.raw_text()).unwrap();
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
+    let (dir, served, config) = keyed_config_on_disk(&primary, &secondary, "vkeys");
     let gateway = start(&served).await;
-    let cli = |args: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
-            .args(["vkeys"])
-            .args(args)
-            .arg("--config")
-            .arg(&config)
-            .output()
-            .unwrap()
-    };
+    let cli = |args: &[&str]| vkeys_cli(&config, args);
 
     let refused = cli(&[
         "create", "--user", "cli", "--role", "ae", "--models", "nowhere",

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 use switchyard::router::FailureClass;
 use switchyard::telemetry::Outcome;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,12 +29,8 @@ fn two_steps(
 
 #[tokio::test]
 async fn a_hundred_megabyte_answer_is_an_oversized_attempt_not_an_allocation() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::huge(HUNDRED_MB))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", [Behavior::huge(HUNDRED_MB)]).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = Spawned::start(
         "max_upstream_body_bytes = 1048576",
         &two_steps(&primary, &secondary).raw_text(),
@@ -100,12 +96,12 @@ async fn a_hundred_megabyte_answer_is_an_oversized_attempt_not_an_allocation() {
 
 #[tokio::test]
 async fn a_declared_length_over_the_cap_fails_the_attempt_on_its_headers() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::huge(HUNDRED_MB).header("content-length", &HUNDRED_MB.to_string()))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted(
+        "primary",
+        [Behavior::huge(HUNDRED_MB).header("content-length", &HUNDRED_MB.to_string())],
+    )
+    .await;
+    let secondary = scripted("secondary", []).await;
     let gateway = two_steps(&primary, &secondary).start().await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
@@ -117,12 +113,8 @@ async fn a_declared_length_over_the_cap_fails_the_attempt_on_its_headers() {
 
 #[tokio::test]
 async fn an_event_over_max_sse_event_bytes_fails_the_attempt() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::huge(8 * 1024 * 1024))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let primary = scripted("primary", [Behavior::huge(8 * 1024 * 1024)]).await;
+    let secondary = scripted("secondary", []).await;
     let gateway = two_steps(&primary, &secondary)
         .with("[server]\nmax_sse_event_bytes = 65536\n")
         .start()
@@ -139,11 +131,7 @@ async fn an_event_over_max_sse_event_bytes_fails_the_attempt() {
 
 #[tokio::test]
 async fn an_endless_stream_ends_at_the_request_deadline_with_an_error_event() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::endless(20))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::endless(20)]).await;
     let gateway = TestGateway::new()
         .provider("up", &fake)
         .route("r", &[("up", "m")], "")
@@ -188,7 +176,7 @@ async fn answer_to_a_promise(
 /// A gateway in front of one fake that refuses request bodies over 1 KiB.
 async fn one_step_with_a_1_kib_body_cap()
 -> (switchyard::fake::FakeHandle, switchyard::server::Gateway) {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
+    let fake = scripted("up", []).await;
     let gateway = TestGateway::new()
         .with("[server]\nmax_body_bytes = 1024\n")
         .provider("up", &fake)

@@ -51,6 +51,17 @@ fn drip(mut writer: tokio::net::tcp::OwnedWriteHalf, interval: Duration) {
     });
 }
 
+/// A fake `up` and a gateway process serving route `r` over it, with the `[server]` lines
+/// `server` and at most `nofile` descriptors.
+async fn spawned_over_fake(
+    server: &str,
+    nofile: Option<u64>,
+) -> (switchyard::fake::FakeHandle, Spawned) {
+    let fake = scripted("up", []).await;
+    let gateway = Spawned::start(server, &upstream_config(&fake).raw_text(), nofile);
+    (fake, gateway)
+}
+
 /// Route `r` over provider `up` at `fake`.
 fn upstream_config(fake: &switchyard::fake::FakeHandle) -> TestGateway {
     TestGateway::new()
@@ -60,12 +71,7 @@ fn upstream_config(fake: &switchyard::fake::FakeHandle) -> TestGateway {
 
 #[tokio::test]
 async fn silent_sockets_cannot_lock_clients_out_of_a_gateway_with_few_descriptors() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = Spawned::start(
-        "header_timeout = \"500ms\"",
-        &upstream_config(&fake).raw_text(),
-        Some(256),
-    );
+    let (_fake, gateway) = spawned_over_fake("header_timeout = \"500ms\"", Some(256)).await;
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", gateway.pid())).unwrap();
     assert!(
         limits
@@ -189,11 +195,7 @@ async fn a_slow_drip_body_is_cut_after_body_timeout() {
 
 #[tokio::test]
 async fn sigterm_ends_within_shutdown_grace_despite_a_dripping_client_and_an_endless_stream() {
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::endless(20))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::endless(20)]).await;
     let store = std::env::temp_dir().join(format!("switchyard-grace-{}.db", uuid::Uuid::now_v7()));
     let mut gateway = Spawned::start(
         "shutdown_grace = \"500ms\"\nbody_timeout = \"1m\"",
@@ -300,11 +302,7 @@ async fn over_max_connections_a_client_gets_a_503_and_healthz_still_answers() {
 async fn a_client_that_never_reads_its_stream_is_let_go() {
     // The upstream sends as fast as it can; the client reads nothing, so the gateway's
     // writes stall and the stream cannot reach its own deadline check.
-    let fake = FakeUpstream::new("up")
-        .then(Behavior::endless(0).content(&"x".repeat(3 << 20)))
-        .start()
-        .await
-        .unwrap();
+    let fake = scripted("up", [Behavior::endless(0).content(&"x".repeat(3 << 20))]).await;
     let gateway = upstream_config(&fake)
         .with("[server]\nbody_timeout = \"300ms\"\nidle_timeout = \"300ms\"\n")
         .with("[retry]\nrequest_deadline = \"2s\"\n")
@@ -336,8 +334,7 @@ fn thread_names(pid: u32) -> Vec<String> {
 
 #[tokio::test]
 async fn connections_are_served_on_as_many_threads_as_configured() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = Spawned::start("threads = 3", &upstream_config(&fake).raw_text(), None);
+    let (_fake, gateway) = spawned_over_fake("threads = 3", None).await;
     // Clients of their own, so each request comes on a connection of its own.
     let requests = (0..6).map(|_| {
         let url = format!("{}/v1/chat/completions", gateway.url());
@@ -363,12 +360,11 @@ async fn connections_are_served_on_as_many_threads_as_configured() {
 /// and a half-sent body are closed at once, not waited on for the whole `shutdown_grace`.
 #[tokio::test]
 async fn sigterm_closes_half_sent_requests_at_once() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let mut gateway = Spawned::start(
+    let (fake, mut gateway) = spawned_over_fake(
         "shutdown_grace = \"5m\"\nheader_timeout = \"5m\"\nbody_timeout = \"5m\"",
-        &upstream_config(&fake).raw_text(),
         None,
-    );
+    )
+    .await;
     // A head without its end, and a whole head with 100 of its 10,000 body bytes.
     let mut half_head = TcpStream::connect(gateway.addr).await.unwrap();
     half_head
@@ -404,12 +400,7 @@ async fn sigterm_closes_half_sent_requests_at_once() {
 /// refused; then the gateway stops and exits.
 #[tokio::test]
 async fn sigterm_turns_readyz_503_and_keeps_serving_through_the_drain_delay() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let mut gateway = Spawned::start(
-        "drain_delay = \"3s\"",
-        &upstream_config(&fake).raw_text(),
-        None,
-    );
+    let (_fake, mut gateway) = spawned_over_fake("drain_delay = \"3s\"", None).await;
     let client = client();
     let ready = client
         .get(format!("{}/readyz", gateway.url()))
@@ -507,12 +498,7 @@ async fn idle_keep_alive(addr: std::net::SocketAddr, limit: Duration) -> Option<
 /// idle longest to make room, so the request is served.
 #[tokio::test]
 async fn idle_keep_alives_cannot_lock_clients_out_of_a_gateway_with_few_descriptors() {
-    let fake = FakeUpstream::new("up").start().await.unwrap();
-    let gateway = Spawned::start(
-        "idle_timeout = \"10m\"",
-        &upstream_config(&fake).raw_text(),
-        Some(256),
-    );
+    let (_fake, gateway) = spawned_over_fake("idle_timeout = \"10m\"", Some(256)).await;
     let mut held = Vec::new();
     for _ in 0..225 {
         if let Some(stream) = idle_keep_alive(gateway.addr, Duration::from_secs(2)).await {

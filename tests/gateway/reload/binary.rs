@@ -2,27 +2,18 @@
 //! running `serve` instead of ending it.
 
 use std::path::Path;
-use std::process::Command;
-
-use switchyard::fake::FakeUpstream;
 
 use super::super::process::*;
 use super::super::support::*;
 use super::{FromFile, TOKEN, one_route};
 
 fn run(cwd: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(BIN)
-        .current_dir(cwd)
-        .args(args)
-        .env_remove("SWITCHYARD_MASTER_KEY")
-        .env_remove("SWITCHYARD_ADMIN_TOKEN")
-        .output()
-        .unwrap()
+    run_switchyard(cwd, args)
 }
 
 #[tokio::test]
 async fn check_serve_and_reload_refuse_the_same_store_and_redis_urls() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let served = FromFile::start(&one_route(&up)).await;
     let dir = TempDir::new();
     let bad = [
@@ -67,7 +58,7 @@ async fn check_serve_and_reload_refuse_the_same_store_and_redis_urls() {
 
 #[tokio::test]
 async fn sighup_reloads_the_file_and_the_process_keeps_serving() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let home = TempDir::new();
     let file = home.0.join("switchyard.toml");
     let config = TestGateway::new()

@@ -1,25 +1,16 @@
 //! What a reload keeps: an open breaker stays open, and limit and retry-budget counts keep
 //! counting.
 
-use serde_json::Value;
-use switchyard::fake::{Behavior, FakeUpstream};
+use switchyard::fake::Behavior;
 
 use super::super::support::*;
 use super::{FromFile, TOKEN};
 
 #[tokio::test]
 async fn an_open_breaker_stays_open_across_a_reload() {
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(500))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(500)]).await;
     let config = TestGateway::new()
-        .provider("primary", &primary)
-        .provider("secondary", &secondary)
-        .route("r", &[("primary", "m"), ("secondary", "m")], "")
-        .fast_retry()
+        .fallback_chain(&primary, &secondary, ["m", "m"])
         .with("[breaker]\nconsecutive_failures = 1\ncooldown = \"60s\"\ncooldown_min = \"60s\"\n");
     let served = FromFile::start(&config).await;
     let response = post(&served.gateway, &chat("r")).await;
@@ -45,15 +36,11 @@ async fn an_open_breaker_stays_open_across_a_reload() {
         calls,
         "the open breaker still skips the primary"
     );
-    let breakers: Value = client()
-        .get(format!("{}/admin/breakers", served.gateway.admin_url()))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let breakers = get_json(
+        &format!("{}/admin/breakers", served.gateway.admin_url()),
+        TOKEN,
+    )
+    .await;
     let open = breakers["breakers"]
         .as_array()
         .unwrap()
@@ -64,7 +51,7 @@ async fn an_open_breaker_stays_open_across_a_reload() {
 
 #[tokio::test]
 async fn limit_counts_survive_a_reload_and_the_role_takes_its_new_limit() {
-    let up = FakeUpstream::new("up").start().await.unwrap();
+    let up = scripted("up", []).await;
     let config = |per_minute: u32| {
         TestGateway::new()
             .with("[auth]\nrequired = false\ndefault_role = \"ae\"\n")
@@ -91,12 +78,7 @@ async fn limit_counts_survive_a_reload_and_the_role_takes_its_new_limit() {
 async fn retry_budget_counts_survive_a_reload_and_its_new_floor_applies_at_once() {
     // The primary answers 429 to everything: each request retries it in place twice (3
     // attempts a step), as far as the budget allows, then falls back.
-    let primary = FakeUpstream::new("primary")
-        .then(Behavior::status(429))
-        .start()
-        .await
-        .unwrap();
-    let secondary = FakeUpstream::new("secondary").start().await.unwrap();
+    let (primary, secondary) = primary_and_secondary([Behavior::status(429)]).await;
     // Only the floor: `per_second` × 10 retries in place per 10 s.
     let config = |per_second: u32| {
         TestGateway::new()
