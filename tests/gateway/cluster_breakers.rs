@@ -71,14 +71,7 @@ async fn primary_state(base: &str) -> Option<i64> {
 }
 
 async fn readiness(base: &str) -> Value {
-    client()
-        .get(format!("{base}/readyz"))
-        .send()
-        .await
-        .expect("gateway answers")
-        .json()
-        .await
-        .expect("a JSON body")
+    send_for_json(client().get(format!("{base}/readyz"))).await
 }
 
 async fn shared(base: &str) -> bool {

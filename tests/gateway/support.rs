@@ -455,15 +455,7 @@ pub async fn start_with_admin(config: &TestGateway, token: &str) -> Gateway {
 
 /// GETs `url` with `token` as the bearer and reads the JSON body.
 pub async fn get_json(url: &str, token: &str) -> Value {
-    client()
-        .get(url)
-        .bearer_auth(token)
-        .send()
-        .await
-        .expect("gateway answers")
-        .json()
-        .await
-        .expect("a JSON body")
+    send_for_json(client().get(url).bearer_auth(token)).await
 }
 
 impl TestGateway {
