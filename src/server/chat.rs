@@ -18,7 +18,7 @@ use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
 use super::error::BodyError;
 use super::refusal::{failed_by, refuse, unauthenticated};
-use super::response_cache::{self, Keep, Plan};
+use super::response_cache::{self, Keep, Plan, StreamKeep};
 use super::spend;
 use super::stamp::{UPSTREAM_REQUEST_ID, stamp, upstream_response};
 use super::stream::{StreamForwarder, StreamLimits};
@@ -158,8 +158,8 @@ async fn serve(
             }
             Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss)),
         },
-        Plan::Peek(key) => {
-            let kept = state.cache.peek(&key);
+        Plan::Peek(keep) => {
+            let kept = state.cache.peek(&keep.key());
             let body = kept
                 .as_ref()
                 .and_then(|entry| response_cache::body_for(&prepared.request, true, entry));
@@ -169,7 +169,7 @@ async fn serve(
                 admission::add_rate_headers(&mut response, &rate_headers);
                 return response;
             }
-            (None, Some(CacheStatus::Miss))
+            (Some(keep), Some(CacheStatus::Miss))
         }
     };
     guard.record().cache = cache_status;
@@ -204,7 +204,7 @@ async fn serve(
                 deadline,
                 grace_over: state.grace_over.subscribe(),
             };
-            answer_stream(answer, guard, permit, reservation, limits).await
+            answer_stream(answer, guard, permit, reservation, limits, keep).await
         }
     };
     if let Some(plan) = responses_plan {
@@ -337,6 +337,7 @@ async fn answer_stream(
     permit: Permit,
     mut reservation: Option<Reservation>,
     limits: StreamLimits,
+    keep: Option<Keep>,
 ) -> Response {
     spend::charge_cancelled_hedges(&mut reservation, &answer.run);
     if !matches!(answer.run.end, ChainEnd::Served { .. }) {
@@ -363,8 +364,13 @@ async fn answer_stream(
             }
             headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
             let verdict = answer.run.verdict.take();
+            let keeping = keep.map(|keep| {
+                let served_by = answer.run.answered_by.clone();
+                StreamKeep::new(keep, answer.route.clone(), &answer.request, step, served_by)
+            });
             let forwarder = StreamForwarder::new(output, guard, permit, verdict, limits)
-                .with_reservation(reservation);
+                .with_reservation(reservation)
+                .keeping(keeping);
             *response.body_mut() = forwarder.into_body();
             response
         }

@@ -1,6 +1,7 @@
 //! The response cache on the request path: whether a request may be served from the cache,
 //! the answer of a hit, and keeping a miss's answer.
 
+mod assemble;
 mod replay;
 
 use std::sync::Arc;
@@ -31,8 +32,9 @@ pub(super) enum Plan {
     /// Look the request up; on a miss, keep its answer.
     Look(Keep),
     /// A stream: served a kept answer replayed as a stream when there is one, else it
-    /// streams from upstream at once, neither waiting on an identical miss nor kept.
-    Peek(CacheKey),
+    /// streams from upstream at once, without waiting on an identical miss, and its answer
+    /// is kept once the stream ends whole.
+    Peek(Keep),
 }
 
 /// Where a miss's answer goes once it is whole.
@@ -74,13 +76,6 @@ pub(super) fn plan(
     let Some(key) = cache_key(&identity, route.name.as_str(), request) else {
         return Plan::Bypass(None);
     };
-    if stream {
-        return if no_cache {
-            Plan::Bypass(None)
-        } else {
-            Plan::Peek(key)
-        };
-    }
     let keep = Keep {
         cache: cache.clone(),
         key,
@@ -88,10 +83,10 @@ pub(super) fn plan(
         key_id,
         _lead: None,
     };
-    if no_cache {
-        Plan::Bypass(Some(keep))
-    } else {
-        Plan::Look(keep)
+    match (no_cache, stream) {
+        (true, _) => Plan::Bypass(Some(keep)),
+        (false, true) => Plan::Peek(keep),
+        (false, false) => Plan::Look(keep),
     }
 }
 
@@ -135,15 +130,38 @@ impl Keep {
         step: usize,
         deployment: Option<&Deployment>,
     ) {
+        if !reply.status.is_success() {
+            return;
+        }
+        let content_type = reply.content_type.clone();
+        let kind = (request.operation, request.format);
+        self.keep_body(
+            route,
+            kind,
+            reply.body.clone(),
+            content_type,
+            step,
+            deployment,
+        );
+    }
+
+    /// Keeps `body`, an answer to a request of `kind`, when it is whole.
+    fn keep_body(
+        self,
+        route: &Route,
+        kind: (Operation, ClientFormat),
+        body: Bytes,
+        content_type: Option<HeaderValue>,
+        step: usize,
+        deployment: Option<&Deployment>,
+    ) {
         let Some(deployment) = deployment else { return };
-        if !reply.status.is_success() || !complete(request, &reply.body) {
+        if !complete(kind, &body) {
             return;
         }
         let entry = Entry {
-            body: reply.body.clone(),
-            content_type: reply
-                .content_type
-                .clone()
+            body,
+            content_type: content_type
                 .unwrap_or_else(|| HeaderValue::from_static("application/json")),
             stored_at: SystemTime::now(),
             expires: Instant::now() + self.ttl,
@@ -159,11 +177,11 @@ impl Keep {
 
 /// Whether an answer is whole and ended as answers should: never one whose finish reason
 /// is an error or a filter, nor one the gateway cannot read.
-fn complete(request: &ClientRequest, body: &[u8]) -> bool {
+fn complete(kind: (Operation, ClientFormat), body: &[u8]) -> bool {
     let Ok(answer) = serde_json::from_slice::<Value>(body) else {
         return false;
     };
-    match (request.operation, request.format) {
+    match kind {
         (Operation::Embeddings, _) => answer["data"].is_array(),
         (_, ClientFormat::Anthropic) => matches!(
             answer["stop_reason"].as_str(),
@@ -178,6 +196,54 @@ fn complete(request: &ClientRequest, body: &[u8]) -> bool {
                     )
                 })
         }),
+    }
+}
+
+/// A stream's answer on its way to be kept: its events gathered as they go out, kept whole
+/// when the stream ends cleanly, dropped at the first sign it will not.
+pub(super) struct StreamKeep {
+    keep: Keep,
+    assembler: assemble::Assembler,
+    route: Arc<Route>,
+    kind: (Operation, ClientFormat),
+    step: usize,
+    deployment: Option<Deployment>,
+}
+
+impl StreamKeep {
+    pub(super) fn new(
+        keep: Keep,
+        route: Arc<Route>,
+        request: &ClientRequest,
+        step: usize,
+        deployment: Option<Deployment>,
+    ) -> StreamKeep {
+        StreamKeep {
+            keep,
+            assembler: assemble::Assembler::new(request.format),
+            route,
+            kind: (request.operation, request.format),
+            step,
+            deployment,
+        }
+    }
+
+    /// Reads the events of one frame the client got; false once no whole answer can come.
+    pub(super) fn feed(&mut self, frame: &[u8]) -> bool {
+        self.assembler.feed(frame)
+    }
+
+    /// The stream ended cleanly, having reported `usage` (prompt and completion tokens):
+    /// keeps its answer, if whole.
+    pub(super) fn finish(self, usage: Option<(u64, u64)>) {
+        let Some(answer) = self.assembler.answer(usage) else {
+            return;
+        };
+        let body = Bytes::from(answer.to_string());
+        let deployment = self.deployment.as_ref();
+        let route = &self.route;
+        self.keep
+            .keep_body(route, self.kind, body, None, self.step, deployment);
     }
 }
 

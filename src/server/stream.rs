@@ -12,6 +12,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
+use super::response_cache::StreamKeep;
 use crate::budgets::Reservation;
 use crate::limits::Permit;
 use crate::providers::sse::{SseError, SseEvent};
@@ -54,6 +55,9 @@ pub struct StreamForwarder {
     /// A settlement the final events wait for, so the next request sees the spend returned.
     /// Boxed: a reservation is 240 bytes, and most streams never settle one.
     settling: Option<Box<(Reservation, u64)>>,
+    /// The answer gathered for the response cache, on a route that keeps answers. Boxed:
+    /// most streams keep none.
+    keep: Option<Box<StreamKeep>>,
 }
 
 /// What ends a stream that the upstream would carry on forever.
@@ -92,6 +96,7 @@ impl StreamForwarder {
             durable: None,
             reservation: None,
             settling: None,
+            keep: None,
         }
     }
 
@@ -99,6 +104,35 @@ impl StreamForwarder {
     pub fn with_reservation(mut self, reservation: Option<Reservation>) -> StreamForwarder {
         self.reservation = reservation;
         self
+    }
+
+    /// Gathers the stream's answer for the response cache, to keep when it ends cleanly.
+    pub fn keeping(mut self, keep: Option<StreamKeep>) -> StreamForwarder {
+        self.keep = keep.map(Box::new);
+        // The first events are queued already.
+        let first: Vec<Bytes> = self.pending.iter().cloned().collect();
+        for frame in first {
+            self.feed_keep(&frame);
+        }
+        self
+    }
+
+    fn feed_keep(&mut self, frame: &[u8]) {
+        if let Some(keep) = self.keep.as_mut()
+            && !keep.feed(frame)
+        {
+            self.keep = None;
+        }
+    }
+
+    /// The stream ended cleanly: its answer goes to the cache, with the usage it reported.
+    fn keep_answer(&mut self) {
+        let Some(keep) = self.keep.take() else { return };
+        let usage = self.guard.as_mut().and_then(|guard| {
+            let record = guard.record();
+            record.tokens_in.zip(record.tokens_out)
+        });
+        keep.finish(usage);
     }
 
     /// The response body: one frame an event. The forwarder is boxed: `unfold` moves its
@@ -199,6 +233,9 @@ impl StreamForwarder {
     }
 
     fn queue(&mut self, frame: Bytes) {
+        if self.keep.is_some() {
+            self.feed_keep(&frame);
+        }
         self.pending_bytes += frame.len();
         self.pending.push_back(frame);
     }
@@ -240,6 +277,7 @@ impl StreamForwarder {
             }
             StreamState::Done => {
                 self.finish_with(frames);
+                self.keep_answer();
                 self.update(|record| record.partial = false);
                 self.judge(None);
                 self.settle();

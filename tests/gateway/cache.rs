@@ -256,20 +256,83 @@ async fn a_kept_message_is_replayed_as_messages_events() {
 }
 
 #[tokio::test]
-async fn a_stream_that_misses_goes_upstream_and_is_not_kept_yet() {
-    let fake = scripted("p", []).await;
+async fn a_streamed_answer_is_kept_and_served_to_json_and_streams() {
+    let fake = scripted("p", [Behavior::ok().content("one two three").chunks(3, 0)]).await;
     let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
-    let mut body = ask("hello");
-    body["stream"] = json!(true);
-    for _ in 0..2 {
-        let response = post_with(&gateway, &body, &[]).await;
-        assert_eq!(header(&response, "x-switchyard-cache"), "miss");
-        response.text().await.unwrap();
-    }
-    assert_eq!(fake.calls(), 2);
+    let mut stream = ask("hello");
+    stream["stream"] = json!(true);
+    let first = post_with(&gateway, &stream, &[]).await;
+    assert_eq!(header(&first, "x-switchyard-cache"), "miss");
+    assert_eq!(
+        streamed_text(&sse_data(&first.text().await.unwrap())),
+        "one two three"
+    );
+
+    // The client did not ask for usage; the kept answer has it all the same.
+    let (cache, whole) = send(&gateway, &ask("hello"), &[]).await;
+    assert_eq!(cache, "hit");
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["content"], "one two three");
+    assert_eq!(whole["choices"][0]["finish_reason"], "stop");
+    assert!(
+        whole["usage"]["completion_tokens"].as_u64().is_some(),
+        "{whole}"
+    );
+
+    let again = post_with(&gateway, &stream, &[]).await;
+    assert_eq!(header(&again, "x-switchyard-cache"), "hit");
+    assert_eq!(
+        streamed_text(&sse_data(&again.text().await.unwrap())),
+        "one two three"
+    );
+    assert_eq!(fake.calls(), 1);
     let no_cache = [("cache-control", "no-cache")];
-    let response = post_with(&gateway, &body, &no_cache).await;
+    let response = post_with(&gateway, &stream, &no_cache).await;
     assert_eq!(header(&response, "x-switchyard-cache"), "bypass");
+}
+
+#[tokio::test]
+async fn a_streamed_message_is_kept_and_served_as_json() {
+    let fake = scripted("p", [Behavior::ok().content("one two three").chunks(3, 0)]).await;
+    let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
+    let streamed = post_to(&gateway, "/v1/messages", &message("r", true)).await;
+    assert_eq!(header(&streamed, "x-switchyard-cache"), "miss");
+    let events = sse_events(&streamed.text().await.unwrap());
+    assert_eq!(anthropic_text(&events), "one two three");
+    let whole = post_to(&gateway, "/v1/messages", &message("r", false)).await;
+    assert_eq!(header(&whole, "x-switchyard-cache"), "hit");
+    let whole: Value = whole.json().await.unwrap();
+    assert_eq!(whole["type"], "message");
+    assert_eq!(whole["content"][0]["text"], "one two three");
+    assert_eq!(whole["stop_reason"], "end_turn");
+    assert_eq!(fake.calls(), 1);
+}
+
+#[tokio::test]
+async fn a_cut_or_failed_stream_is_not_kept() {
+    let fake = scripted(
+        "p",
+        [
+            Behavior::ok().content("a b c d").chunks(4, 0).drop_after(2),
+            Behavior::ok()
+                .content("a b c d")
+                .chunks(4, 0)
+                .error_after(2),
+            Behavior::ok().content("whole"),
+        ],
+    )
+    .await;
+    let gateway = cached(&fake, r#"{ ttl = "1h" }"#).start().await;
+    let mut stream = ask("hello");
+    stream["stream"] = json!(true);
+    for _ in 0..2 {
+        let cut = post_with(&gateway, &stream, &[]).await;
+        assert_eq!(header(&cut, "x-switchyard-cache"), "miss");
+        let _ = cut.text().await;
+    }
+    let (cache, whole) = send(&gateway, &ask("hello"), &[]).await;
+    assert_eq!(cache, "miss", "neither broken stream was kept");
+    assert_eq!(whole["choices"][0]["message"]["content"], "whole");
 }
 
 #[tokio::test]

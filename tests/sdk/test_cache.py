@@ -1,5 +1,5 @@
-"""Answers kept by the response cache, replayed as streams to the official SDKs: the same
-content, finish reason and usage as the whole answer the first request got."""
+"""The response cache seen through the official SDKs: a kept whole answer replayed as a
+stream, and a kept stream served whole, with the same content, finish reason and usage."""
 
 import uuid
 
@@ -51,4 +51,41 @@ def test_anthropic_stream_replayed_from_a_kept_message(anthropic_client, fakes):
     assert final.stop_reason == whole.stop_reason
     assert final.usage.input_tokens == whole.usage.input_tokens
     assert final.usage.output_tokens == whole.usage.output_tokens
+    assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
+
+
+def test_openai_json_served_from_a_kept_stream(openai_client, fakes):
+    fakes["kinds"]["openai"].script({"content": "Streamed once.", "chunks": 2})
+    messages = ask(f"cache me {uuid.uuid4()}")
+    stream = openai_client.chat.completions.create(
+        model="cached", messages=messages, stream=True
+    )
+    streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    calls = fakes["kinds"]["openai"].stats()["calls"]
+
+    raw = openai_client.chat.completions.with_raw_response.create(
+        model="cached", messages=messages
+    )
+    assert raw.headers["x-switchyard-cache"] == "hit"
+    whole = raw.parse()
+    assert whole.choices[0].message.content == streamed == "Streamed once."
+    assert whole.choices[0].finish_reason == "stop"
+    assert whole.usage.completion_tokens > 0, "usage kept though the stream did not ask"
+    assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
+
+
+def test_anthropic_json_served_from_a_kept_stream(anthropic_client, fakes):
+    fakes["kinds"]["openai"].script({"content": "Streamed for Claude's clients.", "chunks": 2})
+    messages = ask(f"cache me {uuid.uuid4()}")
+    with anthropic_client.messages.stream(
+        model="cached", max_tokens=64, messages=messages
+    ) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    calls = fakes["kinds"]["openai"].stats()["calls"]
+
+    whole = anthropic_client.messages.create(model="cached", max_tokens=64, messages=messages)
+    assert whole.content[0].text == streamed == "Streamed for Claude's clients."
+    assert whole.stop_reason == final.stop_reason
+    assert whole.usage.output_tokens == final.usage.output_tokens
     assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
