@@ -10,6 +10,8 @@ mod flight;
 mod key;
 mod memory;
 
+pub use memory::RouteUse;
+
 pub use flight::Lead;
 pub use key::{CacheKey, IGNORED_FIELDS, cache_key, identity};
 
@@ -167,6 +169,11 @@ impl Cache {
     pub async fn wait_waiting(&self, ready: impl FnMut(&usize) -> bool) {
         // The sender lives in `self`, so the channel cannot close while this waits.
         let _ = self.waiting.subscribe().wait_for(ready).await;
+    }
+
+    /// Each route's bytes kept and evictions since start.
+    pub fn by_route(&self) -> Vec<(RouteName, RouteUse)> {
+        self.store.by_route()
     }
 
     pub fn stats(&self) -> CacheStats {

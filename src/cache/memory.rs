@@ -1,12 +1,14 @@
 //! Answers kept in this process, the least recently used evicted first, counted in bytes:
 //! each answer's, and its key's (the request's canonical form).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use hashlink::LruCache;
 use tokio::time::Instant;
 
 use super::{CacheKey, Entry};
+use crate::config::RouteName;
 
 /// The in-memory store: bounded by the bytes of the answers it keeps.
 pub struct MemoryStore {
@@ -17,6 +19,15 @@ pub struct MemoryStore {
 struct Inner {
     entries: LruCache<CacheKey, Arc<Entry>>,
     bytes: usize,
+    /// Each route's bytes kept, and evictions since start.
+    routes: HashMap<RouteName, RouteUse>,
+}
+
+/// One route's share of the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouteUse {
+    pub bytes: usize,
+    pub evictions: u64,
 }
 
 /// What storing an answer did.
@@ -32,6 +43,7 @@ impl MemoryStore {
             inner: Mutex::new(Inner {
                 entries: LruCache::new_unbounded(),
                 bytes: 0,
+                routes: HashMap::new(),
             }),
             max_bytes,
         }
@@ -52,14 +64,19 @@ impl MemoryStore {
     pub fn put(&self, key: CacheKey, entry: Arc<Entry>) -> Stored {
         let mut inner = self.lock();
         inner.remove(&key);
-        inner.bytes += key.size() + entry.size();
+        inner.add(&key, &entry);
         inner.entries.insert(key, entry);
         let mut stored = Stored::default();
         while inner.bytes > self.max_bytes {
             let Some((key, evicted)) = inner.entries.remove_lru() else {
                 break;
             };
-            inner.bytes -= key.size() + evicted.size();
+            inner.subtract(&key, &evicted);
+            inner
+                .routes
+                .entry(evicted.route.clone())
+                .or_default()
+                .evictions += 1;
             stored.evicted += 1;
         }
         stored
@@ -86,6 +103,16 @@ impl MemoryStore {
         (inner.entries.len(), inner.bytes)
     }
 
+    /// Each route's bytes kept and evictions, for every route that kept an answer.
+    pub fn by_route(&self) -> Vec<(RouteName, RouteUse)> {
+        let inner = self.lock();
+        inner
+            .routes
+            .iter()
+            .map(|(route, usage)| (route.clone(), *usage))
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Every change below leaves the map and its byte count agreeing before it can panic,
         // so a poisoned lock's data is still whole.
@@ -96,7 +123,21 @@ impl MemoryStore {
 impl Inner {
     fn remove(&mut self, key: &CacheKey) {
         if let Some(old) = self.entries.remove(key) {
-            self.bytes -= key.size() + old.size();
+            self.subtract(key, &old);
+        }
+    }
+
+    fn add(&mut self, key: &CacheKey, entry: &Entry) {
+        let size = key.size() + entry.size();
+        self.bytes += size;
+        self.routes.entry(entry.route.clone()).or_default().bytes += size;
+    }
+
+    fn subtract(&mut self, key: &CacheKey, entry: &Entry) {
+        let size = key.size() + entry.size();
+        self.bytes -= size;
+        if let Some(route) = self.routes.get_mut(&entry.route) {
+            route.bytes -= size;
         }
     }
 }

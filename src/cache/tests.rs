@@ -85,6 +85,11 @@ async fn the_least_recently_used_go_first_when_the_bytes_run_out() {
     let stats = cache.stats();
     assert_eq!(stats.evictions, 1);
     assert!(stats.bytes <= 3 * each, "{stats:?}");
+    let by_route = cache.by_route();
+    assert_eq!(by_route.len(), 1);
+    let (route, usage) = &by_route[0];
+    assert_eq!(route.as_str(), "r");
+    assert_eq!((usage.bytes, usage.evictions), (stats.bytes, 1));
 }
 
 #[tokio::test]
@@ -147,4 +152,8 @@ async fn a_purge_drops_by_route_by_key_or_everything() {
     assert_eq!(cache.purge(None, Some("k1")), 1);
     assert_eq!(cache.purge(None, None), 1);
     assert_eq!(cache.stats().entries, 0);
+    assert!(
+        cache.by_route().iter().all(|(_, usage)| usage.bytes == 0),
+        "purges count"
+    );
 }

@@ -139,14 +139,12 @@ async fn metrics(_: admin::Observer, State(state): State<AppState>) -> Response 
         .metrics
         .provider_keys_unreadable
         .set(unreadable);
-    let cache = state.cache.stats();
-    let metrics = &state.telemetry.metrics;
-    metrics
-        .cache_bytes
-        .set(i64::try_from(cache.bytes).unwrap_or(i64::MAX));
-    metrics
-        .cache_evictions
-        .set(i64::try_from(cache.evictions).unwrap_or(i64::MAX));
+    let cache = state.cache.by_route();
+    state.telemetry.metrics.set_cache(
+        cache
+            .iter()
+            .map(|(route, usage)| (route.as_str(), usage.bytes, usage.evictions)),
+    );
     let body = state.telemetry.metrics.render();
     (
         [(

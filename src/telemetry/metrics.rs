@@ -114,9 +114,9 @@ pub struct Metrics {
     pub hedges_refused: Family<RouteLabel, Counter>,
     /// Requests on routes that cache, by what the cache did.
     pub cache_requests: Family<CacheLabels, Counter>,
-    /// The bytes of answers the cache keeps, and its evictions; set at each scrape.
-    pub cache_bytes: Gauge,
-    pub cache_evictions: Gauge,
+    /// The bytes of answers the cache keeps, and its evictions, by route; set at each scrape.
+    pub cache_bytes: Family<RouteLabel, Gauge>,
+    pub cache_evictions: Family<RouteLabel, Gauge>,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
     /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
@@ -170,8 +170,8 @@ impl Metrics {
             hedges: Family::default(),
             hedges_refused: Family::default(),
             cache_requests: Family::default(),
-            cache_bytes: Gauge::default(),
-            cache_evictions: Gauge::default(),
+            cache_bytes: Family::default(),
+            cache_evictions: Family::default(),
             limit_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
@@ -256,12 +256,12 @@ impl Metrics {
         );
         registry.register(
             "switchyard_cache_bytes",
-            "Bytes of answers the response cache keeps",
+            "Bytes the response cache keeps (answers and their keys), by route",
             metrics.cache_bytes.clone(),
         );
         registry.register(
             "switchyard_cache_evictions",
-            "Answers evicted from the response cache to make room, since start",
+            "Answers evicted from the response cache to make room, since start, by route",
             metrics.cache_evictions.clone(),
         );
         registry.register(
@@ -447,6 +447,23 @@ impl Metrics {
         }
         for (labels, gauge) in worst {
             self.breaker_state.get_or_create(&labels).set(gauge);
+        }
+    }
+
+    /// Sets the response cache's bytes and evictions, route by route.
+    pub fn set_cache<'a>(&self, routes: impl IntoIterator<Item = (&'a str, usize, u64)>) {
+        let names = self.names.load();
+        for (route, bytes, evictions) in routes {
+            let label = RouteLabel {
+                route: names.route(Some(route)),
+            };
+            let as_gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+            self.cache_bytes
+                .get_or_create(&label)
+                .set(as_gauge(bytes as u64));
+            self.cache_evictions
+                .get_or_create(&label)
+                .set(as_gauge(evictions));
         }
     }
 
