@@ -1,33 +1,15 @@
-//! Durations as the config writes them: `"250ms"`, `"30s"`, `"2m"`, `"24h"`, `"30d"`.
+//! Durations as the config writes them: `"250ms"`, `"30s"`, `"2m"`, `"24h"`, `"30d"`, read by
+//! humantime.
 
 use std::time::Duration;
 
 /// Parses a duration string; the error says what was expected, the caller adds the field.
+/// humantime reads it, so `"1h 30m"` and `"2days"` are durations too.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("`{text}` has no unit (use ms, s, m, h or d)"))?;
-    let (digits, unit) = text.split_at(split);
-    let amount: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` does not start with a whole number"))?;
-    let millis_per_unit = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => {
-            return Err(format!(
-                "`{text}` has unknown unit `{unit}` (use ms, s, m, h or d)"
-            ));
-        }
-    };
-    amount
-        .checked_mul(millis_per_unit)
-        .map(Duration::from_millis)
-        .ok_or_else(|| format!("`{text}` is too large"))
+    humantime::parse_duration(text).map_err(|error| {
+        format!("`{text}` is not a duration like 250ms, 30s, 2m, 24h or 30d ({error})")
+    })
 }
 
 /// Formats a duration the way the config writes it, for `switchyard check`.
@@ -58,10 +40,17 @@ mod tests {
     }
 
     #[test]
-    fn rejects_missing_or_unknown_units() {
-        assert!(parse_duration("30").unwrap_err().contains("no unit"));
-        assert!(parse_duration("3w").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("s").unwrap_err().contains("whole number"));
+    fn rejects_missing_or_unknown_units_and_says_what_it_wanted() {
+        for text in ["30", "3x", "s", "", "-1s"] {
+            let error = parse_duration(text).unwrap_err();
+            assert!(error.contains("like 250ms, 30s"), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn reads_compound_and_spelled_out_units() {
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_duration("2days"), Ok(Duration::from_secs(2 * 86_400)));
     }
 
     #[test]
