@@ -213,7 +213,7 @@ base_url = "http://127.0.0.1:1"
 name = "smart"
 steps = [{ provider = "a", model = "m1" }]
 [retry]
-attempt_timeout = "18446744073709551615ms"
+attempt_timeout = "18446744073709551615s"
 max_attempts = 4294967295
 attempts_per_step = 4294967295
 request_deadline = "60s"
