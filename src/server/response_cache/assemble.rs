@@ -280,20 +280,12 @@ impl Message {
 
 #[cfg(test)]
 mod tests {
-    use super::super::replay;
+    use super::super::replay::{self, fixtures};
     use super::*;
 
     #[test]
     fn a_replayed_completion_assembles_back_into_itself() {
-        let completion = json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m",
-            "system_fingerprint": null,
-            "choices": [{"index": 0, "logprobs": null, "finish_reason": "tool_calls",
-                "message": {"role": "assistant", "content": "Looking.", "refusal": null,
-                    "tool_calls": [{"id": "call_1", "type": "function",
-                        "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
-        });
+        let completion = fixtures::tool_completion();
         let mut assembler = Assembler::new(ClientFormat::OpenAi);
         assert!(assembler.feed(&replay::completion_stream(&completion, true).unwrap()));
         assert_eq!(assembler.answer(None), Some(completion));
@@ -328,14 +320,7 @@ mod tests {
 
     #[test]
     fn a_replayed_message_assembles_back_into_itself() {
-        let message = json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-            "content": [{"type": "text", "text": "Looking."},
-                        {"type": "tool_use", "id": "tu_1", "name": "weather",
-                         "input": {"city": "Oslo"}}],
-            "stop_reason": "tool_use", "stop_sequence": null,
-            "usage": {"input_tokens": 3, "output_tokens": 5}
-        });
+        let message = fixtures::tool_message();
         let mut assembler = Assembler::new(ClientFormat::Anthropic);
         assert!(assembler.feed(&replay::message_stream(&message).unwrap()));
         assert_eq!(assembler.answer(None), Some(message));

@@ -133,6 +133,35 @@ pub fn message_stream(message: &Value) -> Option<Bytes> {
     Some(Bytes::from(out))
 }
 
+/// Whole answers with a tool call, for the tests of replaying and assembling.
+#[cfg(test)]
+pub(super) mod fixtures {
+    use serde_json::{Value, json};
+
+    pub fn tool_completion() -> Value {
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m",
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "logprobs": null, "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": "Looking.", "refusal": null,
+                    "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+        })
+    }
+
+    pub fn tool_message() -> Value {
+        json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "Looking."},
+                        {"type": "tool_use", "id": "tu_1", "name": "weather",
+                         "input": {"city": "Oslo"}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 3, "output_tokens": 5}
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,14 +178,7 @@ mod tests {
 
     #[test]
     fn a_completion_replays_as_chunks_with_its_tool_calls_finish_and_usage() {
-        let completion = json!({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 7, "model": "m",
-            "choices": [{"index": 0, "finish_reason": "tool_calls",
-                "message": {"role": "assistant", "content": "Looking.", "tool_calls": [
-                    {"id": "call_1", "type": "function",
-                     "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}}]}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
-        });
+        let completion = fixtures::tool_completion();
         let stream = completion_stream(&completion, true).unwrap();
         assert!(stream.ends_with(b"data: [DONE]\n\n"));
         let chunks = events(&stream);
@@ -178,14 +200,7 @@ mod tests {
 
     #[test]
     fn a_message_replays_as_events_with_its_blocks_stop_reason_and_usage() {
-        let message = json!({
-            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-            "content": [{"type": "text", "text": "Looking."},
-                        {"type": "tool_use", "id": "tu_1", "name": "weather",
-                         "input": {"city": "Oslo"}}],
-            "stop_reason": "tool_use", "stop_sequence": null,
-            "usage": {"input_tokens": 3, "output_tokens": 5}
-        });
+        let message = fixtures::tool_message();
         let stream = message_stream(&message).unwrap();
         let text = std::str::from_utf8(&stream).unwrap();
         let names: Vec<&str> = text
