@@ -173,6 +173,9 @@ pub fn table(rows: &[LogRow], names: &KeyNames) -> String {
         if let Some(error) = &row.error {
             let _ = write!(attempts, " ({error})");
         }
+        if let Some(cache) = &row.cache {
+            let _ = write!(attempts, " [cache {cache}]");
+        }
         let key = row
             .key_id
             .as_ref()
@@ -218,6 +221,7 @@ fn printable_row(row: &LogRow) -> LogRow {
     row.provider = optional_name(&row.provider);
     row.model = optional_name(&row.model);
     row.error = optional(&row.error);
+    row.cache = optional(&row.cache);
     for attempt in &mut row.attempts {
         attempt.provider = name(&attempt.provider);
         attempt.model = name(&attempt.model);
@@ -269,7 +273,34 @@ pub fn utc(ms: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{printable, utc};
+    use super::{printable, table, utc};
+    use crate::store::request_log::LogRow;
+
+    #[test]
+    fn a_row_says_what_the_cache_did() {
+        let row = |id: &str, cache: Option<&str>, attempts: serde_json::Value| -> LogRow {
+            serde_json::from_value(serde_json::json!({
+                "id": id, "time_ms": 0, "key_id": null, "user": null, "route": "r",
+                "outcome": "success", "step": 0, "provider": "p", "model": "m",
+                "attempts": attempts, "status": 200, "latency_ms": 1.0, "ttft_ms": null,
+                "overhead_ms": 1.0, "tokens_in": null, "tokens_out": null, "cost_usd": null,
+                "stream": false, "partial": false, "error": null, "cache": cache,
+            }))
+            .unwrap()
+        };
+        let attempt = serde_json::json!([{"step": 0, "provider": "p", "model": "m",
+            "failure": null, "status": 200, "latency_ms": 1.0, "reached_upstream": true}]);
+        let rows = [
+            row("hit", Some("hit"), serde_json::json!([])),
+            row("miss", Some("miss"), attempt.clone()),
+            row("plain", None, attempt),
+        ];
+        let table = table(&rows, &Default::default());
+        let line = |id: &str| table.lines().find(|l| l.contains(id)).unwrap().to_owned();
+        assert!(line("hit").ends_with("[cache hit]"), "{table}");
+        assert!(line("miss").ends_with("p/m:ok [cache miss]"), "{table}");
+        assert!(line("plain").ends_with("p/m:ok"), "{table}");
+    }
 
     #[test]
     fn control_and_invisible_characters_are_escaped() {
