@@ -141,37 +141,30 @@ async fn serve(
         prepared.stream,
         headers,
     );
-    let (keep, cache_status) = match cache_plan {
-        Plan::Off => (None, None),
-        Plan::Bypass(keep) => (keep, Some(CacheStatus::Bypass)),
+    let (keep, mut cache_status, kept) = match cache_plan {
+        Plan::Off => (None, None, None),
+        Plan::Bypass(keep) => (keep, Some(CacheStatus::Bypass), None),
         Plan::Look(keep) => match state.cache.lookup(keep.key()).await {
-            Lookup::Hit { entry, coalesced } => {
-                let body = response_cache::body_for(&prepared.request, false, &entry);
-                if let Some(body) = body {
-                    let route = &prepared.route;
-                    let mut response =
-                        response_cache::serve_hit(guard, route, &entry, body, coalesced);
-                    admission::add_rate_headers(&mut response, &rate_headers);
-                    return response;
-                }
-                (None, Some(CacheStatus::Miss))
-            }
-            Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss)),
+            Lookup::Hit { entry, coalesced } => (None, None, Some((entry, coalesced))),
+            Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss), None),
         },
-        Plan::Peek(keep) => {
-            let kept = state.cache.peek(&keep.key());
-            let body = kept
-                .as_ref()
-                .and_then(|entry| response_cache::body_for(&prepared.request, true, entry));
-            if let (Some(entry), Some(body)) = (kept, body) {
+        Plan::Peek(keep) => match state.cache.peek(&keep.key()) {
+            Some(entry) => (None, None, Some((entry, false))),
+            None => (Some(keep), Some(CacheStatus::Miss), None),
+        },
+    };
+    if let Some((entry, coalesced)) = kept {
+        match response_cache::body_for(&prepared.request, prepared.stream, &entry) {
+            Some(body) => {
                 let route = &prepared.route;
-                let mut response = response_cache::serve_hit(guard, route, &entry, body, false);
+                let mut response = response_cache::serve_hit(guard, route, &entry, body, coalesced);
                 admission::add_rate_headers(&mut response, &rate_headers);
                 return response;
             }
-            (Some(keep), Some(CacheStatus::Miss))
+            // A kept answer this request's format cannot replay: it goes upstream.
+            None => cache_status = Some(CacheStatus::Miss),
         }
-    };
+    }
     guard.record().cache = cache_status;
     // Spend budgets: after the rate limits admit, before any upstream is called.
     let (route, first_step) = (&prepared.route, prepared.first_step);

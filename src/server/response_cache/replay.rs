@@ -165,15 +165,13 @@ pub(super) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::stream::testing::{names, payloads};
 
+    /// Every event's data but the `[DONE]` marker.
     fn events(stream: &Bytes) -> Vec<Value> {
-        std::str::from_utf8(stream)
-            .unwrap()
-            .lines()
-            .filter_map(|line| line.strip_prefix("data: "))
-            .filter(|data| *data != "[DONE]")
-            .map(|data| serde_json::from_str(data).unwrap())
-            .collect()
+        let mut events = payloads(std::slice::from_ref(stream));
+        events.retain(|event| event != "[DONE]");
+        events
     }
 
     #[test]
@@ -202,13 +200,8 @@ mod tests {
     fn a_message_replays_as_events_with_its_blocks_stop_reason_and_usage() {
         let message = fixtures::tool_message();
         let stream = message_stream(&message).unwrap();
-        let text = std::str::from_utf8(&stream).unwrap();
-        let names: Vec<&str> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("event: "))
-            .collect();
         assert_eq!(
-            names,
+            names(std::slice::from_ref(&stream)),
             [
                 "message_start",
                 "content_block_start",
