@@ -23,7 +23,7 @@ use backoff::Backoff;
 use retry_budget::RetryBudget;
 
 pub use access::{DirectModels, ModelPattern, pattern_matches};
-pub use cache::{CacheConfig, CacheScope, RouteCache};
+pub use cache::{CacheBackend, CacheConfig, CacheScope, RouteCache};
 pub use duration::{format_duration, parse_duration};
 pub use redis_target::RedisTarget;
 

@@ -17,6 +17,7 @@ mod gateway {
     mod breakers;
     mod budgets;
     mod cache;
+    mod cache_shared;
     mod client_hints;
     mod cluster;
     mod cluster_breakers;
@@ -44,7 +45,7 @@ mod gateway {
     mod passthrough;
     mod pg_outage;
     mod readme;
-    mod redis_faults;
+    pub mod redis_faults;
     mod reload;
     mod responses;
     mod responses_state;

@@ -1,32 +1,36 @@
-//! Single flight: of identical misses in flight at once, the first goes upstream and the rest
-//! wait for its answer, so 50 identical requests make one upstream call.
+//! Single flight: of identical misses in flight at once in this process, the first goes
+//! upstream and the rest wait for its answer, so 50 identical requests make one upstream
+//! call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
-use super::CacheKey;
+use super::{CacheKey, Entry};
+
+/// What a flight's waiters are handed: the answer, once its leader has one.
+type Answer = watch::Receiver<Option<Arc<Entry>>>;
 
 /// The misses in flight, each with the channel its waiters listen on.
 #[derive(Default)]
 pub struct Flights {
-    in_flight: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
+    in_flight: Arc<Mutex<HashMap<CacheKey, Answer>>>,
 }
 
 /// Joining a key's flight: lead it, or wait for its leader.
 pub enum Joined {
     Lead(Lead),
-    Wait(watch::Receiver<()>),
+    Wait(Answer),
 }
 
-/// The first miss of a key: it goes upstream, and its waiters wake when it is dropped,
-/// whether it stored an answer or failed.
+/// The first miss of a key: it goes upstream, and its waiters wake when it hands them the
+/// answer, or when it is dropped without one (it failed, or its answer may not be kept).
 pub struct Lead {
     key: CacheKey,
-    in_flight: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
+    in_flight: Arc<Mutex<HashMap<CacheKey, Answer>>>,
     // Dropped with the lead: its receivers' `changed()` then returns, waking every waiter.
-    _done: watch::Sender<()>,
+    done: watch::Sender<Option<Arc<Entry>>>,
 }
 
 impl Flights {
@@ -40,13 +44,20 @@ impl Flights {
         if stored() {
             return None;
         }
-        let (done, waiting) = watch::channel(());
+        let (done, waiting) = watch::channel(None);
         in_flight.insert(key.clone(), waiting);
         Some(Joined::Lead(Lead {
             key: key.clone(),
             in_flight: self.in_flight.clone(),
-            _done: done,
+            done,
         }))
+    }
+}
+
+impl Lead {
+    /// Hands `entry` to every waiter, now and until the lead drops.
+    pub fn publish(&self, entry: Arc<Entry>) {
+        self.done.send_replace(Some(entry));
     }
 }
 

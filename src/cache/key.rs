@@ -40,6 +40,19 @@ impl CacheKey {
     pub fn size(&self) -> usize {
         self.form.len()
     }
+
+    /// The SHA-256 of its form, in hex: the same in every process, and no request can be
+    /// made to share another's, so a store shared by instances can name entries by it alone.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        let digest = sha2::Sha256::digest(&self.form[..]);
+        let mut hex = String::with_capacity(64);
+        for byte in digest {
+            // Writing to a String cannot fail.
+            let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{byte:02x}"));
+        }
+        hex
+    }
 }
 
 impl PartialEq for CacheKey {
@@ -200,6 +213,22 @@ mod tests {
         map.insert(one.clone(), "one's answer");
         assert_eq!(map.get(&other), None, "never another request's answer");
         assert_eq!(map.get(&one), Some(&"one's answer"));
+    }
+
+    #[test]
+    fn the_digest_names_the_form_alone_and_is_the_same_in_every_process() {
+        let one = CacheKey {
+            hash: 7,
+            form: Arc::from(&b"one"[..]),
+        };
+        // `printf one | sha256sum`
+        assert_eq!(
+            one.digest(),
+            "7692c3ad3540bb803c020b3aee66cd8887123234ea0c6e7143c0add73ff431ed"
+        );
+        let other = key("shared", r#"{"a":1}"#);
+        assert_ne!(other.digest(), one.digest());
+        assert_eq!(other.digest(), key("shared", r#"{ "a" : 1 }"#).digest());
     }
 
     #[test]

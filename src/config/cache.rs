@@ -3,18 +3,35 @@
 
 use std::time::Duration;
 
+use super::RedisTarget;
+
 /// `[cache]`: where cached answers live and how much room they get.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CacheConfig {
+    pub backend: CacheBackend,
     /// The most bytes of answers kept in memory; the least recently used go first.
     pub max_bytes: usize,
     /// An answer larger than this is served but not kept.
     pub max_entry_bytes: usize,
 }
 
+/// Where cached answers live.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CacheBackend {
+    /// In this process, bounded by `max_bytes`.
+    Memory,
+    /// In Redis, shared by every instance that names the same Redis and prefix; each entry
+    /// expires with its route's `ttl`.
+    Redis {
+        redis: RedisTarget,
+        key_prefix: String,
+    },
+}
+
 impl Default for CacheConfig {
     fn default() -> CacheConfig {
         CacheConfig {
+            backend: CacheBackend::Memory,
             max_bytes: 64 * 1024 * 1024,
             max_entry_bytes: 1024 * 1024,
         }

@@ -52,6 +52,11 @@ pub struct RawCache {
     pub backend: Option<String>,
     pub max_bytes: Option<usize>,
     pub max_entry_bytes: Option<usize>,
+    pub redis_url: Option<String>,
+    pub redis_password_env: Option<String>,
+    pub redis_password_file: Option<String>,
+    pub redis_ca_file: Option<String>,
+    pub key_prefix: Option<String>,
 }
 
 /// A route's `cache = { ttl = "1h", scope = "key" }`.

@@ -154,7 +154,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let prices = telemetry::prices(&mut errors, raw.prices, &providers);
     let admin = telemetry::admin(&mut errors, raw.admin);
     let budgets = budgets::budgets(&mut errors, raw.budgets);
-    let cache = cache::cache(&mut errors, raw.cache);
+    let cache = cache::cache(&mut errors, raw.cache, &cluster, &limits);
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),

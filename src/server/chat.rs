@@ -148,7 +148,7 @@ async fn serve(
             Lookup::Hit { entry, coalesced } => (None, None, Some((entry, coalesced))),
             Lookup::Miss(lead) => (Some(keep.led_by(lead)), Some(CacheStatus::Miss), None),
         },
-        Plan::Peek(keep) => match state.cache.peek(&keep.key()) {
+        Plan::Peek(keep) => match state.cache.peek(&keep.key()).await {
             Some(entry) => (None, None, Some((entry, false))),
             None => (Some(keep), Some(CacheStatus::Miss), None),
         },
@@ -301,7 +301,8 @@ async fn answer_json(
                     &output.reply,
                     step,
                     served_by,
-                );
+                )
+                .await;
             }
             let record = guard.record();
             if let Some(usage) = output.usage {

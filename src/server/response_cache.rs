@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::stamp::stamp_hit;
 use crate::auth::Caller;
-use crate::cache::{Cache, CacheKey, Entry, Lead, cache_key, identity};
+use crate::cache::{Cache, CacheKey, Entry, Lead, Storing, cache_key, identity};
 use crate::config::{Deployment, Route};
 use crate::providers::{ClientFormat, ClientRequest, Operation};
 use crate::router::UpstreamReply;
@@ -43,9 +43,9 @@ pub(super) struct Keep {
     key: CacheKey,
     ttl: Duration,
     key_id: Option<String>,
-    /// Held while the answer is made: identical misses wait until it drops, after the
-    /// answer is kept or found not worth keeping.
-    _lead: Option<Lead>,
+    /// Held while the answer is made: identical misses wait until it hands them the
+    /// answer, or drops without one.
+    lead: Option<Lead>,
 }
 
 /// The cache's part for `request` on `route`.
@@ -81,7 +81,7 @@ pub(super) fn plan(
         key,
         ttl: settings.ttl,
         key_id,
-        _lead: None,
+        lead: None,
     };
     match (no_cache, stream) {
         (true, _) => Plan::Bypass(Some(keep)),
@@ -115,14 +115,15 @@ impl Keep {
     /// The same, leading the key's flight.
     pub(super) fn led_by(self, lead: Lead) -> Keep {
         Keep {
-            _lead: Some(lead),
+            lead: Some(lead),
             ..self
         }
     }
 
     /// Keeps `reply`, served by `step`'s `deployment` on `route`, when it is a whole,
-    /// successful answer. The lead drops after, waking the identical misses that wait.
-    pub(super) fn keep(
+    /// successful answer, handing it to the identical misses that wait. Returns once it is
+    /// where every instance finds it, so a client that has its answer finds it kept.
+    pub(super) async fn keep(
         self,
         route: &Route,
         request: &ClientRequest,
@@ -135,14 +136,10 @@ impl Keep {
         }
         let content_type = reply.content_type.clone();
         let kind = (request.operation, request.format);
-        self.keep_body(
-            route,
-            kind,
-            reply.body.clone(),
-            content_type,
-            step,
-            deployment,
-        );
+        let body = reply.body.clone();
+        if let Some(storing) = self.keep_body(route, kind, body, content_type, step, deployment) {
+            storing.done().await;
+        }
     }
 
     /// Keeps `body`, an answer to a request of `kind`, when it is whole.
@@ -154,10 +151,10 @@ impl Keep {
         content_type: Option<HeaderValue>,
         step: usize,
         deployment: Option<&Deployment>,
-    ) {
-        let Some(deployment) = deployment else { return };
+    ) -> Option<Storing> {
+        let deployment = deployment?;
         if !complete(kind, &body) {
-            return;
+            return None;
         }
         let entry = Entry {
             body,
@@ -171,7 +168,7 @@ impl Keep {
             provider: deployment.provider.clone(),
             model: deployment.model.clone(),
         };
-        self.cache.store(self.key, entry);
+        Some(self.cache.store(self.key, entry, self.lead))
     }
 }
 
@@ -234,7 +231,7 @@ impl StreamKeep {
     }
 
     /// The stream ended cleanly, having reported `usage` (prompt and completion tokens):
-    /// keeps its answer, if whole.
+    /// keeps its answer, if whole. With Redis, it is there a moment after the last event.
     pub(super) fn finish(self, usage: Option<(u64, u64)>) {
         let Some(answer) = self.assembler.answer(usage) else {
             return;
@@ -242,8 +239,11 @@ impl StreamKeep {
         let body = Bytes::from(answer.to_string());
         let deployment = self.deployment.as_ref();
         let route = &self.route;
-        self.keep
+        let storing = self
+            .keep
             .keep_body(route, self.kind, body, None, self.step, deployment);
+        // Not waited for: the stream's last event is already on its way to the client.
+        drop(storing);
     }
 }
 

@@ -28,6 +28,9 @@ pub enum StartError {
     /// Never the URL, which may carry a password.
     #[error("[cluster] redis_url: {0}")]
     ClusterRedis(String),
+    /// Never the URL, which may carry a password.
+    #[error("[cache] redis_url: {0}")]
+    CacheRedis(String),
 }
 
 /// What a gateway takes besides its config: things that come from the environment.

@@ -166,7 +166,10 @@ impl AppState {
         ));
         let unauthorized_rows = config.auth.unauthorized_log_rows_per_minute;
         let budgets = Budgets::new(&config, &limits, telemetry.metrics.clone());
-        let cache = Arc::new(crate::cache::Cache::new(&config.cache));
+        let cache_errors = telemetry.metrics.cache_backend_errors.clone();
+        let cache = crate::cache::Cache::new(&config.cache, cache_errors)
+            .map_err(StartError::CacheRedis)?;
+        let cache = Arc::new(cache);
         let live = Live::new(config, limits, budgets);
         telemetry.metrics.reload.loaded(&live.stamp);
         let shared = Shared {

@@ -119,6 +119,8 @@ pub struct Metrics {
     pub cache_evictions: Family<RouteLabel, Gauge>,
     /// Admissions the limit backend could not decide (answered by `on_backend_error`).
     pub limit_backend_errors: Counter,
+    /// Cache lookups and stores that went without Redis.
+    pub cache_backend_errors: Counter,
     /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
     /// store and the journal at shutdown.
     pub log_rows_lost: Counter,
@@ -173,6 +175,7 @@ impl Metrics {
             cache_bytes: Family::default(),
             cache_evictions: Family::default(),
             limit_backend_errors: Counter::default(),
+            cache_backend_errors: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
             unauthorized_rows_dropped: Counter::default(),
@@ -263,6 +266,11 @@ impl Metrics {
             "switchyard_cache_evictions",
             "Answers evicted from the response cache to make room, since start, by route",
             metrics.cache_evictions.clone(),
+        );
+        registry.register(
+            "switchyard_cache_backend_errors",
+            "Response-cache lookups and stores that went without Redis (it failed, answered too late, or was left alone for a second after failing): the request went upstream as if uncached",
+            metrics.cache_backend_errors.clone(),
         );
         registry.register(
             "switchyard_limit_backend_errors",

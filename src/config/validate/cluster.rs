@@ -25,20 +25,20 @@ pub fn cluster(errors: &mut Errors, raw: RawCluster, limits: &LimitsConfig) -> C
     }
     .filter(|_| raw.shared_breakers.unwrap_or(true));
     let key_prefix = match raw.key_prefix {
-        Some(prefix) => {
-            if prefix.is_empty() || prefix.len() > MAX_PREFIX {
-                errors.add(
-                    "cluster.key_prefix",
-                    format!("must be 1 to {MAX_PREFIX} characters"),
-                );
-            } else if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                errors.add("cluster.key_prefix", "must not contain spaces");
-            }
-            prefix
-        }
+        Some(prefix) => key_prefix(errors, "cluster.key_prefix", prefix),
         None => limits.key_prefix.clone(),
     };
     ClusterConfig { redis, key_prefix }
+}
+
+/// A `key_prefix` set at `field`: short, and without spaces.
+pub fn key_prefix(errors: &mut Errors, field: &str, prefix: String) -> String {
+    if prefix.is_empty() || prefix.len() > MAX_PREFIX {
+        errors.add(field, format!("must be 1 to {MAX_PREFIX} characters"));
+    } else if prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        errors.add(field, "must not contain spaces");
+    }
+    prefix
 }
 
 /// `section`'s Redis: its URL (checked as the client will read it, without connecting),

@@ -11,8 +11,14 @@ use super::Admin;
 use crate::server::{ApiError, AppState};
 
 /// The cache's entries, bytes, hits, misses, hit ratio and evictions since start.
-pub async fn stats(_: Admin, State(state): State<AppState>) -> Json<Value> {
-    Json(json!(state.cache.stats()))
+pub async fn stats(_: Admin, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let stats = state.cache.stats().await.map_err(unavailable)?;
+    Ok(Json(json!(stats)))
+}
+
+/// The cache's Redis did not answer: the admin is told, and may try again.
+fn unavailable(_: crate::cache::Unavailable) -> ApiError {
+    ApiError::Busy("the response cache's Redis did not answer in time: try again")
 }
 
 /// Which entries a purge drops: all of them, or those of a route, a key, or both.
@@ -35,6 +41,8 @@ pub async fn purge(
     })?;
     let purged = state
         .cache
-        .purge(filter.route.as_deref(), filter.key_id.as_deref());
+        .purge(filter.route.as_deref(), filter.key_id.as_deref())
+        .await
+        .map_err(unavailable)?;
     Ok(Json(json!({ "purged": purged })))
 }

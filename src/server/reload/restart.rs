@@ -71,6 +71,14 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
             message: "needs a restart: the running value is kept until then".into(),
         });
     }
+    // The response cache's store is made once; routes' `cache` settings do reload.
+    if running.cache != new.cache {
+        new.cache = running.cache.clone();
+        changed.push(FieldError {
+            field: "cache".into(),
+            message: "needs a restart: the running value is kept until then".into(),
+        });
+    }
     (new, changed)
 }
 
@@ -87,7 +95,8 @@ mod tests {
             "[server]\nlisten = \"127.0.0.1:9090\"\nmax_body_bytes = 1000\n\
              [[roles]]\nname = \"default\"\nrequests_per_minute = 5\n\
              [breaker]\nconsecutive_failures = 2\n\
-             [cluster]\nredis_url = \"redis://127.0.0.1:6390\"\n",
+             [cluster]\nredis_url = \"redis://127.0.0.1:6390\"\n\
+             [cache]\nmax_bytes = 2048\nmax_entry_bytes = 1024\n",
         )
         .unwrap();
         let (kept, changed) = keep_running(&running, new);
@@ -98,13 +107,15 @@ mod tests {
                 "server.listen",
                 "server.max_body_bytes",
                 "breaker",
-                "cluster"
+                "cluster",
+                "cache"
             ],
             "{changed:?}"
         );
         assert_eq!(kept.server.listen, running.server.listen);
         assert_eq!(kept.server.max_body_bytes, running.server.max_body_bytes);
         assert_eq!(kept.cluster.redis, None);
+        assert_eq!(kept.cache, running.cache);
         assert_eq!(kept.roles[0].requests_per_minute, Some(5), "roles reload");
     }
 
