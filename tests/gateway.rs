@@ -17,6 +17,7 @@ mod gateway {
     mod breakers;
     mod budgets;
     mod cache;
+    mod cache_endpoints;
     mod cache_shared;
     mod client_hints;
     mod cluster;

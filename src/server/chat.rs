@@ -155,9 +155,14 @@ async fn serve(
     };
     if let Some((entry, coalesced)) = kept {
         match response_cache::body_for(&prepared.request, prepared.stream, &entry) {
-            Some(body) => {
+            Some(mut replay) => {
+                if let (Some(plan), Some(served)) = (responses_plan, replay.response.take()) {
+                    // Before the client can see the hit's id, as for a served response.
+                    Box::pin(super::responses::after_hit(plan, &served)).await;
+                }
                 let route = &prepared.route;
-                let mut response = response_cache::serve_hit(guard, route, &entry, body, coalesced);
+                let mut response =
+                    response_cache::serve_hit(guard, route, &entry, replay, coalesced);
                 admission::add_rate_headers(&mut response, &rate_headers);
                 return response;
             }

@@ -3,6 +3,7 @@
 
 mod assemble;
 mod replay;
+mod responses;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -61,12 +62,16 @@ pub(super) fn plan(
         return Plan::Off;
     };
     let (no_store, no_cache) = directives(headers);
-    // A Responses answer carries state of its own (its id, what `previous_response_id`
-    // reads back); only chat answers are replayed as streams.
+    // A Responses turn that continues another carries state the key does not name (the
+    // earlier turns, kept per caller).
     let cacheable = match request.operation {
-        Operation::Chat => true,
-        Operation::Completions | Operation::Embeddings => !stream,
-        Operation::Responses | Operation::CountTokens => false,
+        Operation::Chat | Operation::Completions => true,
+        Operation::Responses => request
+            .body
+            .get("previous_response_id")
+            .is_none_or(Value::is_null),
+        Operation::Embeddings => !stream,
+        Operation::CountTokens => false,
     };
     if !cacheable || no_store {
         return Plan::Bypass(None);
@@ -180,6 +185,7 @@ fn complete(kind: (Operation, ClientFormat), body: &[u8]) -> bool {
     };
     match kind {
         (Operation::Embeddings, _) => answer["data"].is_array(),
+        (Operation::Responses, _) => responses::complete(&answer),
         (_, ClientFormat::Anthropic) => matches!(
             answer["stop_reason"].as_str(),
             Some("end_turn" | "max_tokens" | "stop_sequence" | "tool_use")
@@ -217,7 +223,7 @@ impl StreamKeep {
     ) -> StreamKeep {
         StreamKeep {
             keep,
-            assembler: assemble::Assembler::new(request.format),
+            assembler: assemble::Assembler::new(request.operation, request.format),
             route,
             kind: (request.operation, request.format),
             step,
@@ -247,36 +253,68 @@ impl StreamKeep {
     }
 }
 
-/// A kept answer as `request` asks for it: the body as kept, or replayed as a stream in the
-/// request's format, with its content type. `None` when it cannot be replayed.
-pub(super) fn body_for(
-    request: &ClientRequest,
-    stream: bool,
-    entry: &Entry,
-) -> Option<(Bytes, HeaderValue)> {
-    if !stream {
-        return Some((entry.body.clone(), entry.content_type.clone()));
-    }
-    let answer: Value = serde_json::from_slice(&entry.body).ok()?;
-    let body = match request.format {
-        ClientFormat::OpenAi => replay::completion_stream(&answer, request.asked_stream_usage()),
-        ClientFormat::Anthropic => replay::message_stream(&answer),
-    }?;
-    Some((body, HeaderValue::from_static("text/event-stream")))
+/// A kept answer as a request asks for it.
+pub(super) struct Replay {
+    pub body: Bytes,
+    pub content_type: HeaderValue,
+    /// A Responses hit's own Response object (a fresh id, made now), for the caller's
+    /// conversation state.
+    pub response: Option<Value>,
 }
 
-/// A hit's answer, `body` of `content_type` made from `entry`: with `age`, the step that
-/// made it, and one log row with no upstream attempt.
+/// A kept answer as `request` asks for it: the body as kept, or replayed as a stream in the
+/// request's format; a Responses answer under an id of its own. `None` when it cannot be.
+pub(super) fn body_for(request: &ClientRequest, stream: bool, entry: &Entry) -> Option<Replay> {
+    const EVENTS: HeaderValue = HeaderValue::from_static("text/event-stream");
+    if request.operation == Operation::Responses {
+        let store = request.body.get("store") != Some(&Value::Bool(false));
+        let response = responses::fresh(&entry.body, store)?;
+        let (body, content_type) = match stream {
+            true => (responses::replay(&response)?, EVENTS),
+            false => (
+                Bytes::from(response.to_string()),
+                entry.content_type.clone(),
+            ),
+        };
+        return Some(Replay {
+            body,
+            content_type,
+            response: Some(response),
+        });
+    }
+    if !stream {
+        return Some(Replay {
+            body: entry.body.clone(),
+            content_type: entry.content_type.clone(),
+            response: None,
+        });
+    }
+    let answer: Value = serde_json::from_slice(&entry.body).ok()?;
+    let usage = request.asked_stream_usage();
+    let body = match (request.operation, request.format) {
+        (Operation::Completions, _) => replay::text_completion_stream(&answer, usage),
+        (_, ClientFormat::OpenAi) => replay::completion_stream(&answer, usage),
+        (_, ClientFormat::Anthropic) => replay::message_stream(&answer),
+    }?;
+    Some(Replay {
+        body,
+        content_type: EVENTS,
+        response: None,
+    })
+}
+
+/// A hit's answer, `replay` made from `entry`: with `age`, the step that made it, and one
+/// log row with no upstream attempt.
 pub(super) fn serve_hit(
     mut guard: RecordGuard,
     route: &Route,
     entry: &Entry,
-    (body, content_type): (Bytes, HeaderValue),
+    replay: Replay,
     coalesced: bool,
 ) -> Response {
-    let mut response = Response::new(Body::from(body));
+    let mut response = Response::new(Body::from(replay.body));
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, content_type);
+    headers.insert(header::CONTENT_TYPE, replay.content_type);
     let age = SystemTime::now()
         .duration_since(entry.stored_at)
         .unwrap_or_default()

@@ -23,7 +23,7 @@ use crate::providers::responses::request::unknown_field;
 use crate::providers::{ClientFormat, Operation, RequestBody};
 use crate::store::within;
 
-pub(super) use state::{after, before};
+pub(super) use state::{after, after_hit, before};
 
 pub(super) const RESPONSES: Endpoint = Endpoint {
     format: ClientFormat::OpenAi,

@@ -89,3 +89,50 @@ def test_anthropic_json_served_from_a_kept_stream(anthropic_client, fakes):
     assert whole.stop_reason == final.stop_reason
     assert whole.usage.output_tokens == final.usage.output_tokens
     assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
+
+
+def test_openai_responses_stream_replayed_from_a_kept_response(openai_client, fakes):
+    fakes["kinds"]["openai"].script({"content": "Kept as a response."})
+    said = f"cache me {uuid.uuid4()}"
+    raw = openai_client.responses.with_raw_response.create(model="cached", input=said)
+    assert raw.headers["x-switchyard-cache"] == "miss"
+    whole = raw.parse()
+    calls = fakes["kinds"]["openai"].stats()["calls"]
+
+    with openai_client.responses.stream(model="cached", input=said) as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert text == final.output_text == whole.output_text == "Kept as a response."
+    assert final.id != whole.id, "a hit is a response of its own"
+    assert final.usage.input_tokens == whole.usage.input_tokens
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"
+
+    # The hit's turn is stored: a next turn continues from its id.
+    fakes["kinds"]["openai"].script({"content": "Continued."})
+    after = openai_client.responses.create(
+        model="cached", input="And then?", previous_response_id=final.id
+    )
+    assert after.output_text == "Continued."
+
+
+def test_openai_legacy_completion_stream_replayed_from_a_kept_completion(openai_client, fakes):
+    fakes["kinds"]["openai"].script({"content": "Once upon a time."})
+    prompt = f"cache me {uuid.uuid4()}"
+    whole = openai_client.completions.create(model="cached", prompt=prompt, max_tokens=16)
+    calls = fakes["kinds"]["openai"].stats()["calls"]
+
+    raw = openai_client.completions.with_raw_response.create(
+        model="cached",
+        prompt=prompt,
+        max_tokens=16,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    assert raw.headers["x-switchyard-cache"] == "hit"
+    chunks = list(raw.parse())
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text == "Once upon a time."
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert fakes["kinds"]["openai"].stats()["calls"] == calls, "no upstream call"

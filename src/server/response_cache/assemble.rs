@@ -4,7 +4,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::ClientFormat;
+use super::responses::Completed;
+use crate::providers::{ClientFormat, Operation};
 
 /// Gathers a stream's client-format events into one answer.
 pub enum Assembler {
@@ -12,13 +13,20 @@ pub enum Assembler {
     Completion(Completion),
     /// Anthropic Messages events into a `message`.
     Message(Message),
+    /// Responses events: the Response of the last.
+    Response(Completed),
 }
 
 impl Assembler {
-    pub fn new(format: ClientFormat) -> Assembler {
-        match format {
-            ClientFormat::OpenAi => Assembler::Completion(Completion::default()),
-            ClientFormat::Anthropic => Assembler::Message(Message::default()),
+    pub fn new(operation: Operation, format: ClientFormat) -> Assembler {
+        match (operation, format) {
+            (Operation::Responses, _) => Assembler::Response(Completed::default()),
+            (Operation::Completions, _) => Assembler::Completion(Completion {
+                legacy: true,
+                ..Completion::default()
+            }),
+            (_, ClientFormat::OpenAi) => Assembler::Completion(Completion::default()),
+            (_, ClientFormat::Anthropic) => Assembler::Message(Message::default()),
         }
     }
 
@@ -43,6 +51,7 @@ impl Assembler {
             let read = match self {
                 Assembler::Completion(completion) => completion.chunk(&data),
                 Assembler::Message(message) => message.event(&data),
+                Assembler::Response(completed) => completed.event(&data),
             };
             if !read {
                 return false;
@@ -57,6 +66,7 @@ impl Assembler {
         match self {
             Assembler::Completion(completion) => completion.whole(usage),
             Assembler::Message(message) => message.whole(),
+            Assembler::Response(completed) => completed.whole(),
         }
     }
 }
@@ -64,6 +74,8 @@ impl Assembler {
 /// What the chunks said so far.
 #[derive(Default)]
 pub struct Completion {
+    /// Legacy `text_completion` chunks, whose choices carry `text` in place of a `delta`.
+    legacy: bool,
     head: Option<Value>,
     choices: Vec<Choice>,
     usage: Option<Value>,
@@ -103,7 +115,11 @@ impl Completion {
             }
             let into = &mut self.choices[index];
             let delta = &choice["delta"];
-            if let Some(text) = delta["content"].as_str() {
+            let text = match self.legacy {
+                true => &choice["text"],
+                false => &delta["content"],
+            };
+            if let Some(text) = text.as_str() {
                 into.content.get_or_insert_default().push_str(text);
             }
             if let Some(text) = delta["refusal"].as_str() {
@@ -123,11 +139,16 @@ impl Completion {
 
     fn whole(self, usage: Option<(u64, u64)>) -> Option<Value> {
         let mut answer = self.head?;
+        let legacy = self.legacy;
         let choices: Vec<Value> = self
             .choices
             .into_iter()
             .enumerate()
             .map(|(index, choice)| {
+                if legacy {
+                    return json!({"index": index, "text": choice.content.unwrap_or_default(),
+                                  "logprobs": null, "finish_reason": choice.finish_reason});
+                }
                 let mut message = json!({"role": "assistant", "content": choice.content,
                                          "refusal": choice.refusal});
                 if !choice.tool_calls.is_empty() {
@@ -138,7 +159,11 @@ impl Completion {
                        "finish_reason": choice.finish_reason})
             })
             .collect();
-        answer["object"] = json!("chat.completion");
+        answer["object"] = json!(if legacy {
+            "text_completion"
+        } else {
+            "chat.completion"
+        });
         answer["choices"] = Value::Array(choices);
         answer["usage"] = match (self.usage, usage) {
             (Some(usage), _) => usage,
@@ -286,14 +311,23 @@ mod tests {
     #[test]
     fn a_replayed_completion_assembles_back_into_itself() {
         let completion = fixtures::tool_completion();
-        let mut assembler = Assembler::new(ClientFormat::OpenAi);
+        let mut assembler = Assembler::new(Operation::Chat, ClientFormat::OpenAi);
         assert!(assembler.feed(&replay::completion_stream(&completion, true).unwrap()));
         assert_eq!(assembler.answer(None), Some(completion));
     }
 
     #[test]
+    fn a_replayed_text_completion_assembles_back_into_itself() {
+        let completion = fixtures::text_completion();
+        let mut assembler = Assembler::new(Operation::Completions, ClientFormat::OpenAi);
+        let stream = replay::text_completion_stream(&completion, false).unwrap();
+        assert!(assembler.feed(&stream));
+        assert_eq!(assembler.answer(Some((3, 2))), Some(completion));
+    }
+
+    #[test]
     fn pieces_of_content_and_arguments_are_joined_and_usage_filled_in() {
-        let mut assembler = Assembler::new(ClientFormat::OpenAi);
+        let mut assembler = Assembler::new(Operation::Chat, ClientFormat::OpenAi);
         for chunk in [
             json!({"id": "c", "created": 1, "model": "m", "choices": [{"index": 0,
                 "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": null}]}),
@@ -321,18 +355,18 @@ mod tests {
     #[test]
     fn a_replayed_message_assembles_back_into_itself() {
         let message = fixtures::tool_message();
-        let mut assembler = Assembler::new(ClientFormat::Anthropic);
+        let mut assembler = Assembler::new(Operation::Chat, ClientFormat::Anthropic);
         assert!(assembler.feed(&replay::message_stream(&message).unwrap()));
         assert_eq!(assembler.answer(None), Some(message));
     }
 
     #[test]
     fn an_error_event_or_a_stream_without_its_end_makes_no_answer() {
-        let mut openai = Assembler::new(ClientFormat::OpenAi);
+        let mut openai = Assembler::new(Operation::Chat, ClientFormat::OpenAi);
         assert!(!openai.feed(b"data: {\"error\":{\"message\":\"x\"}}\n\n"));
-        let mut anthropic = Assembler::new(ClientFormat::Anthropic);
+        let mut anthropic = Assembler::new(Operation::Chat, ClientFormat::Anthropic);
         assert!(!anthropic.feed(b"event: error\ndata: {\"type\":\"error\"}\n\n"));
-        let mut unfinished = Assembler::new(ClientFormat::Anthropic);
+        let mut unfinished = Assembler::new(Operation::Chat, ClientFormat::Anthropic);
         let start = json!({"type": "message_start", "message": {"id": "m", "content": []}});
         assert!(unfinished.feed(format!("data: {start}\n\n").as_bytes()));
         assert_eq!(unfinished.answer(None), None, "no message_stop");

@@ -9,11 +9,68 @@ use serde_json::{Map, Value, json};
 /// finish reason; the usage chunk when the client asked for it. `None` when the answer is
 /// not a completion.
 pub fn completion_stream(completion: &Value, include_usage: bool) -> Option<Bytes> {
+    chunk_stream(
+        completion,
+        include_usage,
+        "chat.completion.chunk",
+        |choice| {
+            let message = choice["message"].as_object()?;
+            let mut delta = Map::new();
+            delta.insert("role".into(), json!("assistant"));
+            delta.insert(
+                "content".into(),
+                message.get("content").cloned().unwrap_or(Value::Null),
+            );
+            if let Some(refusal) = message.get("refusal").filter(|r| !r.is_null()) {
+                delta.insert("refusal".into(), refusal.clone());
+            }
+            if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+                let calls: Vec<Value> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(index, call)| {
+                        json!({"index": index, "id": call["id"], "type": "function",
+                           "function": call["function"]})
+                    })
+                    .collect();
+                delta.insert("tool_calls".into(), Value::Array(calls));
+            }
+            let index = &choice["index"];
+            Some([
+                json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null}),
+                json!({"index": index, "delta": {}, "logprobs": null,
+                   "finish_reason": choice["finish_reason"]}),
+            ])
+        },
+    )
+}
+
+/// A kept legacy `text_completion` as its stream: per choice, one chunk with the text whole,
+/// then one with the finish reason; the usage chunk when asked for; `[DONE]`.
+pub fn text_completion_stream(completion: &Value, include_usage: bool) -> Option<Bytes> {
+    chunk_stream(completion, include_usage, "text_completion", |choice| {
+        let index = &choice["index"];
+        Some([
+            json!({"index": index, "text": choice.get("text")?, "logprobs": null,
+                   "finish_reason": null}),
+            json!({"index": index, "text": "", "logprobs": null,
+                   "finish_reason": choice["finish_reason"]}),
+        ])
+    })
+}
+
+/// An OpenAI answer as chunks of `object`, each choice's two made by `chunks_of`.
+fn chunk_stream(
+    completion: &Value,
+    include_usage: bool,
+    object: &str,
+    chunks_of: impl Fn(&Value) -> Option<[Value; 2]>,
+) -> Option<Bytes> {
     let choices = completion["choices"].as_array()?;
     let head = |choices: Value| {
         json!({
             "id": completion["id"],
-            "object": "chat.completion.chunk",
+            "object": object,
             "created": completion["created"],
             "model": completion["model"],
             "system_fingerprint": completion.get("system_fingerprint").unwrap_or(&Value::Null),
@@ -23,34 +80,9 @@ pub fn completion_stream(completion: &Value, include_usage: bool) -> Option<Byte
     let mut out = String::new();
     let mut push = |event: Value| out.push_str(&format!("data: {event}\n\n"));
     for choice in choices {
-        let message = choice["message"].as_object()?;
-        let mut delta = Map::new();
-        delta.insert("role".into(), json!("assistant"));
-        delta.insert(
-            "content".into(),
-            message.get("content").cloned().unwrap_or(Value::Null),
-        );
-        if let Some(refusal) = message.get("refusal").filter(|r| !r.is_null()) {
-            delta.insert("refusal".into(), refusal.clone());
+        for chunk in chunks_of(choice)? {
+            push(head(json!([chunk])));
         }
-        if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
-            let calls: Vec<Value> = calls
-                .iter()
-                .enumerate()
-                .map(|(index, call)| {
-                    json!({"index": index, "id": call["id"], "type": "function",
-                           "function": call["function"]})
-                })
-                .collect();
-            delta.insert("tool_calls".into(), Value::Array(calls));
-        }
-        let index = &choice["index"];
-        push(head(
-            json!([{"index": index, "delta": delta, "logprobs": null,
-                           "finish_reason": null}]),
-        ));
-        push(head(json!([{"index": index, "delta": {}, "logprobs": null,
-                           "finish_reason": choice["finish_reason"]}])));
     }
     if include_usage && !completion["usage"].is_null() {
         let mut usage = head(json!([]));
@@ -150,6 +182,16 @@ pub(super) mod fixtures {
         })
     }
 
+    pub fn text_completion() -> Value {
+        json!({
+            "id": "cmpl-1", "object": "text_completion", "created": 7, "model": "m",
+            "system_fingerprint": null,
+            "choices": [{"index": 0, "text": "Once upon", "logprobs": null,
+                         "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+        })
+    }
+
     pub fn tool_message() -> Value {
         json!({
             "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
@@ -194,6 +236,21 @@ mod tests {
         );
         let without_usage = events(&completion_stream(&completion, false).unwrap());
         assert_eq!(without_usage.len(), 2);
+    }
+
+    #[test]
+    fn a_text_completion_replays_as_its_chunks_with_usage_when_asked() {
+        let completion = fixtures::text_completion();
+        let chunks = events(&text_completion_stream(&completion, true).unwrap());
+        assert_eq!(chunks.len(), 3);
+        assert!(chunks.iter().all(|c| c["object"] == "text_completion"));
+        assert_eq!(chunks[0]["choices"][0]["text"], "Once upon");
+        assert_eq!(chunks[1]["choices"][0]["finish_reason"], "length");
+        assert_eq!(chunks[2]["usage"]["total_tokens"], 5);
+        assert_eq!(
+            text_completion_stream(&fixtures::tool_completion(), false),
+            None
+        );
     }
 
     #[test]

@@ -130,6 +130,12 @@ pub async fn after(plan: Plan, response: Response) -> Response {
     Response::from_parts(parts, Body::from(bytes))
 }
 
+/// Stores a Response served from the cache under the caller's scope, as one served by a
+/// step, so a later turn can continue from its id.
+pub async fn after_hit(plan: Plan, response: &Value) {
+    plan.save(response).await;
+}
+
 /// The Response object of a stream's `response.completed` or `response.incomplete` event.
 fn terminal_response(frame: &Bytes) -> Option<Value> {
     let text = std::str::from_utf8(frame).ok()?;
