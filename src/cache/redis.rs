@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::HeaderValue;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script, Value};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -124,14 +124,7 @@ struct Meta {
 impl RedisStore {
     /// Connects lazily: the first request makes the connection, and lost ones are remade.
     pub fn new(target: &RedisTarget, prefix: &str) -> Result<RedisStore, String> {
-        let client = target.client()?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(250)))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| format!("the Redis client refuses its settings: {:?}", e.kind()))?;
+        let connection = target.lazy_connection(TIMEOUT)?;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection,

@@ -75,6 +75,24 @@ impl RedisTarget {
     }
 }
 
+impl RedisTarget {
+    /// A connection made at its first use and remade when lost, whose commands fail after
+    /// `response_timeout`, so a Redis that hangs never holds a request for longer.
+    pub fn lazy_connection(
+        &self,
+        response_timeout: std::time::Duration,
+    ) -> Result<redis::aio::ConnectionManager, String> {
+        use std::time::Duration;
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(250)))
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        redis::aio::ConnectionManager::new_lazy_with_config(self.client()?, config)
+            .map_err(|e| format!("the Redis client refuses its settings: {:?}", e.kind()))
+    }
+}
+
 /// The kind of a Redis error, in words that never carry its detail (which can be the URL).
 trait KindName {
     fn kind_name(&self) -> String;

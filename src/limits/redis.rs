@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult, Script};
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -131,15 +131,8 @@ impl RedisLimiter {
         prefix: &str,
         lease: Duration,
     ) -> Result<RedisLimiter, String> {
-        let client = target.client()?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(250)))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
         Ok(RedisLimiter {
-            connection: ConnectionManager::new_lazy_with_config(client, config)
-                .map_err(|e| format!("the Redis client refuses its settings: {:?}", e.kind()))?,
+            connection: target.lazy_connection(TIMEOUT)?,
             at: Arc::from(target.shown()),
             prefix: Arc::from(prefix),
             lease,
