@@ -49,6 +49,7 @@ fn record(i: usize) -> RequestRecord {
             status: Some(503),
             latency: Duration::from_millis(120),
             hedge: false,
+            span: None,
         },
         AttemptRecord {
             step: 1,
@@ -58,6 +59,7 @@ fn record(i: usize) -> RequestRecord {
             status: Some(200),
             latency: Duration::from_millis(640),
             hedge: false,
+            span: None,
         },
     ];
     record.status = 200;

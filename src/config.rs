@@ -8,6 +8,7 @@ mod access;
 pub mod backoff;
 mod cache;
 mod duration;
+mod otel;
 mod raw;
 mod redis_target;
 pub mod retry_budget;
@@ -25,6 +26,7 @@ use retry_budget::RetryBudget;
 pub use access::{DirectModels, ModelPattern, pattern_matches};
 pub use cache::{CacheBackend, CacheConfig, CacheScope, RouteCache};
 pub use duration::{format_duration, parse_duration};
+pub use otel::{OtelConfig, OtelProtocol};
 pub use redis_target::RedisTarget;
 
 /// A configured provider's name, as steps refer to it.
@@ -80,6 +82,8 @@ pub struct Config {
     pub budgets: BudgetsConfig,
     /// `[cache]`: where the routes that opt in keep their answers.
     pub cache: CacheConfig,
+    /// `[otel]`: where traces go.
+    pub otel: OtelConfig,
 }
 
 /// A secret written in the config file; its `Debug` prints `***`.

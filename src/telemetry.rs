@@ -16,6 +16,8 @@ mod journal;
 pub mod logs;
 pub mod metrics;
 pub mod scorecard;
+pub mod spans;
+pub mod trace;
 mod writer;
 
 use std::collections::VecDeque;
@@ -87,6 +89,26 @@ pub struct AttemptRecord {
     pub latency: Duration,
     /// Whether this attempt was a hedge: started beside a slow step 0, racing it.
     pub hedge: bool,
+    /// Its span, when the request is traced.
+    pub span: Option<AttemptSpan>,
+}
+
+/// An attempt's span in the request's trace: its id (sent upstream in `traceparent`), and
+/// when it began.
+#[derive(Clone, Copy, Debug)]
+pub struct AttemptSpan {
+    pub id: opentelemetry::trace::SpanId,
+    pub started_at: SystemTime,
+}
+
+impl AttemptSpan {
+    /// A span beginning now, when `traced`; else none (and nothing is spent on it).
+    pub fn begin(traced: bool) -> Option<AttemptSpan> {
+        traced.then(|| AttemptSpan {
+            id: opentelemetry::trace::SpanId::from(fastrand::u64(1..)),
+            started_at: SystemTime::now(),
+        })
+    }
 }
 
 impl AttemptRecord {
@@ -136,6 +158,12 @@ pub struct RequestRecord {
     pub hedge_refused: bool,
     /// What the response cache did; `None` on a route that caches nothing.
     pub cache: Option<CacheStatus>,
+    /// The request's trace, when tracing is on.
+    pub trace: Option<Arc<trace::TraceContext>>,
+    /// For a traced request's spans: the GenAI operation (`chat`, `embeddings`,
+    /// `text_completion`) and the model the client asked for.
+    pub operation: Option<&'static str>,
+    pub requested_model: Option<String>,
 }
 
 /// What the response cache did for a request, as `x-switchyard-cache` and the log say.
@@ -189,6 +217,9 @@ impl RequestRecord {
             error: None,
             hedge_refused: false,
             cache: None,
+            trace: None,
+            operation: None,
+            requested_model: None,
         }
     }
 }

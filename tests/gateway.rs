@@ -58,6 +58,7 @@ mod gateway {
     mod stream_ends;
     mod streaming;
     pub mod telemetry;
+    mod tracing;
     mod translation;
     mod upstream_pool;
     mod virtual_keys;

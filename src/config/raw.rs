@@ -43,6 +43,23 @@ pub struct RawConfig {
     pub budgets: RawBudgets,
     #[serde(default)]
     pub cache: RawCache,
+    #[serde(default)]
+    pub otel: RawOtel,
+}
+
+/// `[otel]`: OpenTelemetry traces.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOtel {
+    pub endpoint: Option<String>,
+    pub protocol: Option<String>,
+    /// Header name → the environment variable holding its value.
+    pub headers_env: Option<std::collections::BTreeMap<String, String>>,
+    pub service_name: Option<String>,
+    pub resource: Option<std::collections::BTreeMap<String, String>>,
+    pub sample_ratio: Option<f64>,
+    pub max_queue_spans: Option<usize>,
+    pub timeout: Option<String>,
 }
 
 /// `[cache]`: where cached answers live.

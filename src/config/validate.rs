@@ -8,6 +8,7 @@ mod cluster;
 mod hedge;
 mod lease;
 mod location;
+mod otel;
 mod password;
 mod retry_budget;
 mod server;
@@ -155,6 +156,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let admin = telemetry::admin(&mut errors, raw.admin);
     let budgets = budgets::budgets(&mut errors, raw.budgets);
     let cache = cache::cache(&mut errors, raw.cache, &cluster, &limits);
+    let otel = otel::otel(&mut errors, raw.otel, &|name| std::env::var(name).ok());
     let auth = AuthConfig {
         required: raw.auth.required.unwrap_or(true),
         default_role: raw.auth.default_role.unwrap_or_else(|| "default".into()),
@@ -266,6 +268,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
         cluster,
         budgets,
         cache,
+        otel,
     })
 }
 

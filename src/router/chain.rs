@@ -19,8 +19,9 @@ use super::health::{Health, PendingVerdict, Permit, Tried};
 use super::retry_budget::{self, Spend};
 use crate::config::{Config, Deployment, Provider, Route, Step};
 use crate::keys::{KeyLease, KeyRing};
-use crate::telemetry::AttemptRecord;
+use crate::telemetry::{AttemptRecord, AttemptSpan};
 use hedge::Raced;
+use opentelemetry::trace::SpanId;
 
 /// An upstream answer the gateway passes on to the client unchanged.
 #[derive(Clone, Debug)]
@@ -63,7 +64,8 @@ pub trait Attempter {
     /// What a served attempt hands back (a body, or a committed stream).
     type Output;
 
-    /// Tries `deployment` once with `key`, giving up after `timeout`. Takes `&self`: a
+    /// Tries `deployment` once with `key`, giving up after `timeout`; `span` is the
+    /// attempt's span id in the request's trace (invalid when untraced). Takes `&self`: a
     /// hedged request has two attempts in flight at once.
     fn attempt(
         &self,
@@ -71,6 +73,7 @@ pub trait Attempter {
         provider: &Provider,
         key: Option<&KeyLease>,
         timeout: Duration,
+        span: SpanId,
     ) -> impl Future<Output = Attempt<Self::Output>> + Send;
 
     /// Whether serving is the whole story. A stream is served once it commits, but can still
@@ -136,6 +139,8 @@ pub struct ChainInputs<'a> {
     pub deadline: Instant,
     /// Who is asking, so a breaker can tell one caller's failures from everyone's.
     pub caller: CallerTag,
+    /// Whether the request is traced: each attempt then has a span of its own.
+    pub traced: bool,
 }
 
 /// What a failed attempt leaves the loop to do.
@@ -342,9 +347,16 @@ impl<T> Walk<'_, T> {
             });
         };
         let timeout = retry.attempt_timeout.min(remaining);
+        let span = AttemptSpan::begin(self.inputs.traced);
         let started = Instant::now();
         let attempt = attempter
-            .attempt(deployment, provider, permit.key.as_ref(), timeout)
+            .attempt(
+                deployment,
+                provider,
+                permit.key.as_ref(),
+                timeout,
+                span_id(span),
+            )
             .await;
         let latency = started.elapsed();
         self.run.upstream_time += latency;
@@ -355,6 +367,7 @@ impl<T> Walk<'_, T> {
             latency,
             judged_when_served: attempter.judged_when_served(),
             hedge: false,
+            span,
         };
         self.settle(settled, permit, attempt)
     }
@@ -380,6 +393,7 @@ impl<T> Walk<'_, T> {
             Attempt::Served(output) => {
                 let mut record = record(index, deployment, None, Some(200), latency);
                 record.hedge = settled.hedge;
+                record.span = settled.span;
                 self.run.attempts.push(record);
                 let caller = self.inputs.caller;
                 if settled.judged_when_served {
@@ -409,6 +423,7 @@ impl<T> Walk<'_, T> {
         let class = failure.class;
         let mut record = record(index, deployment, Some(class), status, latency);
         record.hedge = settled.hedge;
+        record.span = settled.span;
         self.run.attempts.push(record);
 
         // A timeout says something about the provider only when it is the attempt timeout:
@@ -485,6 +500,12 @@ pub(super) struct Settled<'d> {
     pub(super) judged_when_served: bool,
     /// Whether it was a hedge, raced against a slow step 0.
     pub(super) hedge: bool,
+    pub(super) span: Option<AttemptSpan>,
+}
+
+/// The id an attempt's span has, invalid when the request is untraced.
+pub(super) fn span_id(span: Option<AttemptSpan>) -> SpanId {
+    span.map_or(SpanId::INVALID, |span| span.id)
 }
 
 pub(super) fn record(
@@ -502,6 +523,7 @@ pub(super) fn record(
         status,
         latency,
         hedge: false,
+        span: None,
     }
 }
 

@@ -18,6 +18,7 @@ use super::{ChainEnd, ChainRun, Health, RouteError, resolve_route};
 use crate::config::{Config, Route};
 use crate::keys::KeyRing;
 use crate::providers::ClientRequest;
+use crate::telemetry::trace::Propagation;
 
 /// What routing reads that every request shares: the config, keys, health and client.
 pub struct Router<'a> {
@@ -40,6 +41,8 @@ pub struct RouteRequest {
     pub caller: CallerTag,
     /// When the whole request must be over, retries and fallbacks included.
     pub deadline: Instant,
+    /// The request's trace context, for its attempts.
+    pub propagation: Propagation,
 }
 
 /// How routing ended, by the kind of answer asked for.
@@ -80,6 +83,7 @@ impl Router<'_> {
             first_step,
             caller,
             deadline,
+            propagation,
         } = request;
         let server = &self.config.server;
         let inputs = ChainInputs {
@@ -90,6 +94,7 @@ impl Router<'_> {
             first_step,
             deadline,
             caller,
+            traced: propagation.traced(),
         };
         if stream {
             let attempter = StreamAttempter {
@@ -98,6 +103,7 @@ impl Router<'_> {
                 fallback_on_context_length: route.fallback_on_context_length,
                 max_body_bytes: server.max_upstream_body_bytes,
                 max_event_bytes: server.max_sse_event_bytes,
+                propagation,
             };
             let run = run_chain(inputs, &attempter).await;
             Routed::Stream(Answer {
@@ -112,6 +118,7 @@ impl Router<'_> {
                 fallback_on_context_length: route.fallback_on_context_length,
                 deadline,
                 max_body_bytes: server.max_upstream_body_bytes,
+                propagation,
             };
             let run = run_chain(inputs, &attempter).await;
             Routed::Json(Answer {

@@ -226,6 +226,7 @@ pub fn refuses_retry_in_place(
         status: None,
         latency: std::time::Duration::ZERO,
         hedge: false,
+        span: None,
     };
     attempts.push(refusal);
     true

@@ -25,6 +25,8 @@ use crate::providers::sse::{SseError, SseReader};
 use crate::providers::{
     self, Adapter, ClientRequest, Rejection, StreamState, StreamTranslator, Target, Usage,
 };
+use crate::telemetry::trace::Propagation;
+use opentelemetry::trace::SpanId;
 use scrub::{ScrubbedReader, Scrubber};
 
 /// An upstream body as a stream of byte chunks.
@@ -32,7 +34,7 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + S
 
 pub use client::{
     ClientError, TransportError, UpstreamBody, UpstreamClient, UpstreamResponse,
-    drop_this_threads_pools,
+    drop_this_threads_pools, otlp_http_client,
 };
 
 /// A whole answer that served, in the client's format.
@@ -61,6 +63,8 @@ pub struct JsonAttempter<'a> {
     pub deadline: Instant,
     /// The most of an answer read (`[server] max_upstream_body_bytes`).
     pub max_body_bytes: usize,
+    /// The request's trace context, sent with each attempt.
+    pub propagation: Propagation,
 }
 
 impl Attempter for JsonAttempter<'_> {
@@ -72,6 +76,7 @@ impl Attempter for JsonAttempter<'_> {
         provider: &Provider,
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
+        span: SpanId,
     ) -> Attempt<JsonReply> {
         let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
@@ -84,10 +89,11 @@ impl Attempter for JsonAttempter<'_> {
         if let Some(why) = self.request.body.unreadable() {
             return rejected(&self.request, unreadable(why));
         }
-        let request = match built {
+        let mut request = match built {
             Ok(request) => request.over_http2(provider.http2),
             Err(rejection) => return rejected(&self.request, rejection),
         };
+        self.propagation.inject(&mut request.headers, span);
         let scrubber = Scrubber::for_key(key);
         let response = match timeout(attempt_timeout, self.client.send(request)).await {
             Err(_) => return failed(FailureClass::Timeout),
@@ -244,6 +250,8 @@ pub struct StreamAttempter<'a> {
     pub max_body_bytes: usize,
     /// The longest event read (`[server] max_sse_event_bytes`).
     pub max_event_bytes: usize,
+    /// The request's trace context, sent with each attempt.
+    pub propagation: Propagation,
 }
 
 impl Attempter for StreamAttempter<'_> {
@@ -260,6 +268,7 @@ impl Attempter for StreamAttempter<'_> {
         provider: &Provider,
         key: Option<&KeyLease>,
         attempt_timeout: Duration,
+        span: SpanId,
     ) -> Attempt<CommittedStream> {
         let adapter = providers::adapter_for(provider, self.request.operation);
         let target = Target {
@@ -272,10 +281,11 @@ impl Attempter for StreamAttempter<'_> {
         if let Some(why) = self.request.body.unreadable() {
             return rejected(&self.request, unreadable(why));
         }
-        let request = match built {
+        let mut request = match built {
             Ok(request) => request.over_http2(provider.http2),
             Err(rejection) => return rejected(&self.request, rejection),
         };
+        self.propagation.inject(&mut request.headers, span);
         let scrubber = Scrubber::for_key(key);
         let mut translator = adapter.stream(&self.request);
         let client_request = &self.request;

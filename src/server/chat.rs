@@ -32,6 +32,7 @@ use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, Request
 use crate::router::breaker::CallerTag;
 use crate::router::upstream::{CommittedStream, JsonReply};
 use crate::router::{Answer, ChainEnd, RouteError, RouteRequest, Routed};
+use crate::telemetry::trace::Propagation;
 use crate::telemetry::{CacheStatus, Outcome, RecordGuard, RequestRecord};
 
 /// A request that passed every check and is ready to route.
@@ -63,10 +64,11 @@ pub(super) async fn handle(
     endpoint: &Endpoint,
 ) -> Response {
     let id = uuid::Uuid::now_v7().to_string();
-    let guard = RecordGuard::new(
-        state.telemetry.clone(),
-        RequestRecord::new(id.clone(), false),
-    );
+    let mut record = RequestRecord::new(id.clone(), false);
+    if let Some(tracing) = &state.tracing {
+        record.trace = Some(Arc::new(tracing.start(headers)));
+    }
+    let guard = RecordGuard::new(state.telemetry.clone(), record);
     if guard.must_refuse() {
         guard.refuse();
         return ApiError::LogFull.into_response_for(endpoint.format);
@@ -103,6 +105,14 @@ async fn serve(
     let record = guard.record();
     record.route = Some(prepared.route.name.clone());
     record.stream = prepared.stream;
+    if record.trace.is_some() {
+        record.operation = Some(match endpoint.operation {
+            Operation::Embeddings => "embeddings",
+            Operation::Completions => "text_completion",
+            _ => "chat",
+        });
+        record.requested_model = Some(prepared.model.clone());
+    }
     prepared.first_step = match admission::authorize(state, &caller, &prepared.model, headers) {
         Ok(first_step) => first_step,
         Err(error) => return refuse(guard, error, format),
@@ -184,6 +194,7 @@ async fn serve(
         .and_then(Reservation::remaining_header);
     let reservation = prepared.reservation.take();
     let deadline = guard.started() + state.config().retry.request_deadline;
+    let propagation = Propagation::of(guard.record().trace.as_ref(), headers);
     let routing = RouteRequest {
         route: prepared.route,
         request: prepared.request,
@@ -191,6 +202,7 @@ async fn serve(
         first_step: prepared.first_step,
         caller: prepared.caller,
         deadline,
+        propagation,
     };
     // Boxed: inline, the chain's future (5.6 KB for a stream) made every future above it as
     // large, and axum's layers move the handler's future by value several times a request.

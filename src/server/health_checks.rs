@@ -21,6 +21,7 @@ use crate::router::breaker::{CallerTag, Verdict};
 use crate::router::health::DeploymentId;
 use crate::router::upstream::JsonAttempter;
 use crate::router::{Attempt, Attempter, FailureClass};
+use crate::telemetry::trace::Propagation;
 use crate::telemetry::{AttemptRecord, Outcome, RecordGuard, RequestRecord};
 
 /// How often the checker looks for breakers opened elsewhere (another instance's, through
@@ -119,10 +120,12 @@ async fn check(state: Weak<Shared>, id: DeploymentId) {
         fallback_on_context_length: false,
         deadline: Instant::now() + timeout,
         max_body_bytes: config.server.max_upstream_body_bytes,
+        propagation: Propagation::None,
     };
     let started = Instant::now();
+    let span = opentelemetry::trace::SpanId::INVALID;
     let attempt = attempter
-        .attempt(&deployment, provider, permit.key.as_ref(), timeout)
+        .attempt(&deployment, provider, permit.key.as_ref(), timeout, span)
         .await;
     let latency = started.elapsed();
     let key_id = permit.key.as_ref().map(|k| k.id.clone());
@@ -176,6 +179,7 @@ async fn check(state: Weak<Shared>, id: DeploymentId) {
         status,
         latency,
         hedge: false,
+        span: None,
     });
     guard.finish();
 }

@@ -68,6 +68,8 @@ pub struct Shared {
     pub unauthorized_rows: flood::UnauthorizedRows,
     /// The answers kept for routes that opt in; sized by `[cache]` at start.
     pub cache: Arc<crate::cache::Cache>,
+    /// Starts each request's trace, when `[otel]` names an endpoint.
+    pub tracing: Option<crate::telemetry::trace::Tracing>,
     /// Store reloads run one at a time. Two at once (an admin change's and the watcher's)
     /// could each read the store and install what they read in the other order, leaving
     /// the older keys in place until the next change: an admin change not in effect when
@@ -170,6 +172,11 @@ impl AppState {
         let cache = crate::cache::Cache::new(&config.cache, cache_errors)
             .map_err(StartError::CacheRedis)?;
         let cache = Arc::new(cache);
+        let config_tracing = config
+            .otel
+            .endpoint
+            .is_some()
+            .then(|| crate::telemetry::trace::Tracing::new(config.otel.sample_ratio));
         let live = Live::new(config, limits, budgets);
         telemetry.metrics.reload.loaded(&live.stamp);
         let shared = Shared {
@@ -189,6 +196,7 @@ impl AppState {
             scorecards,
             unauthorized_rows: flood::UnauthorizedRows::new(unauthorized_rows),
             cache,
+            tracing: config_tracing,
             store_reloads: tokio::sync::Mutex::new(()),
             key_catch_up: tokio::sync::Mutex::new(None),
         };

@@ -121,6 +121,8 @@ pub struct Metrics {
     pub limit_backend_errors: Counter,
     /// Cache lookups and stores that went without Redis.
     pub cache_backend_errors: Counter,
+    /// Spans dropped: the export queue was full, or the OTLP endpoint did not take them.
+    pub otel_spans_dropped: Counter,
     /// Request-log rows lost after all: unreadable in the spill journal, or refused by the
     /// store and the journal at shutdown.
     pub log_rows_lost: Counter,
@@ -176,6 +178,7 @@ impl Metrics {
             cache_evictions: Family::default(),
             limit_backend_errors: Counter::default(),
             cache_backend_errors: Counter::default(),
+            otel_spans_dropped: Counter::default(),
             log_rows_lost: Counter::default(),
             provider_keys_unreadable: Gauge::default(),
             unauthorized_rows_dropped: Counter::default(),
@@ -271,6 +274,11 @@ impl Metrics {
             "switchyard_cache_backend_errors",
             "Response-cache lookups and stores that went without Redis (it failed, answered too late, or was left alone for a second after failing): the request went upstream as if uncached",
             metrics.cache_backend_errors.clone(),
+        );
+        registry.register(
+            "switchyard_otel_spans_dropped",
+            "Spans not exported: the export queue was full, or the OTLP endpoint refused them, failed or did not answer in time",
+            metrics.otel_spans_dropped.clone(),
         );
         registry.register(
             "switchyard_limit_backend_errors",

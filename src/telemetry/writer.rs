@@ -58,6 +58,8 @@ pub(super) struct Writer {
     store_timeout: Duration,
     /// The wait before the next try, doubled by each try that timed out.
     retry_wait: Duration,
+    /// Where sampled requests' spans go, when `[otel]` names an endpoint.
+    spans: Option<super::spans::Spans>,
 }
 
 impl Writer {
@@ -70,6 +72,7 @@ impl Writer {
         metrics: Arc<Metrics>,
         state: Arc<WriterState>,
     ) -> Self {
+        let metrics_dropped = metrics.otel_spans_dropped.clone();
         let prices = config
             .prices
             .iter()
@@ -89,6 +92,7 @@ impl Writer {
             next_try: Instant::now(),
             store_timeout: config.store.timeout,
             retry_wait: RETRY,
+            spans: super::spans::Spans::start(config, metrics_dropped),
         }
     }
 
@@ -202,6 +206,9 @@ impl Writer {
             pace.offer_core_at(index);
             record.cost_usd = self.cost(&record);
             self.metrics.observe(&record, &mut self.series);
+            if let Some(spans) = &self.spans {
+                spans.offer(&record);
+            }
             self.log.append(&record);
             // Last: the row takes the record's own strings rather than copies.
             rows.push(log_row(*record));
@@ -483,6 +490,7 @@ mod tests {
             status: None,
             latency: Duration::from_micros(2_500),
             hedge: true,
+            span: None,
         };
         let record = RequestRecord {
             started_at,

@@ -24,9 +24,11 @@ use tokio::time::Instant;
 use super::super::breaker::Verdict;
 use super::super::classify::{Action, FailureClass};
 use super::super::health::{Permit, Tried};
-use super::{Attempt, Attempter, Failed, Settled, Walk, record};
+use super::{Attempt, Attempter, Failed, Settled, Walk, record, span_id};
 use crate::config::{Deployment, Hedge, HedgeDelay, Provider, Route, Step};
 use crate::keys::KeyLease;
+use crate::telemetry::AttemptSpan;
+use opentelemetry::trace::SpanId;
 
 /// How a hedged attempt at step 0 ended.
 pub(super) enum Raced {
@@ -63,6 +65,7 @@ struct Racer<'a, 'h> {
     timeout: Duration,
     started: Instant,
     hedge: bool,
+    span: Option<AttemptSpan>,
 }
 
 /// One attempt, tagged with its racer's index, timed from its start.
@@ -72,11 +75,11 @@ async fn run_one<A: Attempter>(
     deployment: &Deployment,
     provider: &Provider,
     key: Option<KeyLease>,
-    timeout: Duration,
+    (timeout, span): (Duration, SpanId),
 ) -> (usize, Attempt<A::Output>, Duration) {
     let started = Instant::now();
     let attempt = attempter
-        .attempt(deployment, provider, key.as_ref(), timeout)
+        .attempt(deployment, provider, key.as_ref(), timeout, span)
         .await;
     (tag, attempt, started.elapsed())
 }
@@ -114,13 +117,14 @@ impl<'a, T> Walk<'a, T> {
                 benched: false,
             });
         };
+        let span = AttemptSpan::begin(inputs.traced);
         running.push(run_one(
             attempter,
             0,
             primary,
             provider,
             permit.key.clone(),
-            timeout,
+            (timeout, span_id(span)),
         ));
         racers.push(Racer {
             index: 0,
@@ -129,6 +133,7 @@ impl<'a, T> Walk<'a, T> {
             timeout,
             started: begun,
             hedge: false,
+            span,
         });
         let mut next_hedge = delay.map(|delay| begun + delay);
         let mut hedges = 0u32;
@@ -155,6 +160,7 @@ impl<'a, T> Walk<'a, T> {
                         latency,
                         judged_when_served: attempter.judged_when_served(),
                         hedge: racer.hedge,
+                        span: racer.span,
                     };
                     let provider = racer.deployment.provider.clone();
                     match self.settle(settled, permit, attempt) {
@@ -189,13 +195,14 @@ impl<'a, T> Walk<'a, T> {
                     let now = Instant::now();
                     let remaining = self.inputs.deadline.saturating_duration_since(now);
                     let timeout = config.retry.attempt_timeout.min(remaining);
+                    let span = AttemptSpan::begin(self.inputs.traced);
                     running.push(run_one(
                         attempter,
                         racers.len(),
                         deployment,
                         provider,
                         permit.key.clone(),
-                        timeout,
+                        (timeout, span_id(span)),
                     ));
                     racers.push(Racer {
                         index,
@@ -204,6 +211,7 @@ impl<'a, T> Walk<'a, T> {
                         timeout,
                         started: now,
                         hedge: true,
+                        span,
                     });
                     hedges += 1;
                     last_step = index;
@@ -234,6 +242,7 @@ impl<'a, T> Walk<'a, T> {
                 waited,
             );
             lost.hedge = racer.hedge;
+            lost.span = racer.span;
             self.run.attempts.push(lost);
             self.total_attempts += 1;
             permit.finish(Verdict::Neutral, Some(waited), None, self.inputs.caller);

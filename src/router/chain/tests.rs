@@ -19,6 +19,7 @@ impl Attempter for Scripted {
         _provider: &Provider,
         _key: Option<&KeyLease>,
         timeout: Duration,
+        _span: opentelemetry::trace::SpanId,
     ) -> Attempt<()> {
         self.calls.lock().unwrap().push(step.provider.to_string());
         let next = self.script.lock().unwrap().pop_front();
@@ -92,6 +93,7 @@ async fn run(
         first_step: 0,
         deadline: started + config.retry.request_deadline,
         caller: crate::router::breaker::CallerTag::new("test"),
+        traced: false,
     };
     let run = run_chain(inputs, &attempter).await;
     (
@@ -183,6 +185,7 @@ impl Attempter for Outage {
         _provider: &Provider,
         _key: Option<&KeyLease>,
         _timeout: Duration,
+        _span: opentelemetry::trace::SpanId,
     ) -> Attempt<()> {
         if deployment.provider.as_str() == "b" || Instant::now() >= self.recovers_at {
             return Attempt::Served(());
@@ -221,6 +224,7 @@ async fn back_after_recovery(config: &Config, outage: Duration, every: Duration)
             first_step: 0,
             deadline: now + config.retry.request_deadline,
             caller: crate::router::breaker::CallerTag::new("test"),
+            traced: false,
         };
         let run = run_chain(inputs, &attempter).await;
         assert!(served_step(&run).is_some(), "the fallback serves meanwhile");

@@ -79,6 +79,7 @@ impl Attempter for Fleet {
         _provider: &Provider,
         key: Option<&KeyLease>,
         timeout: Duration,
+        _span: opentelemetry::trace::SpanId,
     ) -> Attempt<()> {
         let who = match key {
             Some(key) => format!("{}:{}", deployment.provider, key.id),
@@ -173,6 +174,7 @@ impl Harness {
             first_step: 0,
             deadline: Instant::now() + self.config.retry.request_deadline,
             caller: crate::router::breaker::CallerTag::new("test"),
+            traced: false,
         };
         run_chain(inputs, &fleet.clone()).await
     }

@@ -143,6 +143,7 @@ fn attempt_record(name: &str, failure: Option<FailureClass>) -> AttemptRecord {
         status: None,
         latency: Duration::ZERO,
         hedge: false,
+        span: None,
     }
 }
 
@@ -229,6 +230,7 @@ impl Attempter for Failing {
         _provider: &Provider,
         _key: Option<&KeyLease>,
         _timeout: Duration,
+        _span: opentelemetry::trace::SpanId,
     ) -> Attempt<()> {
         self.calls
             .lock()
@@ -280,6 +282,7 @@ async fn run(config: &Config, health: &Arc<Health>, attempter: &Failing) -> Chai
         first_step: 0,
         deadline: Instant::now() + config.retry.request_deadline,
         caller: crate::router::breaker::CallerTag::new("test"),
+        traced: false,
     };
     run_chain(inputs, attempter).await
 }

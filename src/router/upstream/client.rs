@@ -160,19 +160,43 @@ pub fn drop_this_threads_pools() {
     drop(pools);
 }
 
+/// TLS that trusts what the platform trusts (rustls-platform-verifier), through the crypto
+/// provider installed at start.
+fn platform_tls() -> Result<rustls::ClientConfig, ClientError> {
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .ok_or(ClientError::NoCryptoProvider)?;
+    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth())
+}
+
+/// The OTLP/HTTP exporter's client: hyper's, over the same TLS as upstream requests, each
+/// export given up after `timeout`.
+pub fn otlp_http_client(
+    timeout: Duration,
+) -> Result<opentelemetry_http::hyper::HyperClient<HttpsConnector<HttpConnector>>, ClientError> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(timeout));
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(platform_tls()?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(opentelemetry_http::hyper::HyperClient::new(
+        connector, timeout, None,
+    ))
+}
+
 impl UpstreamClient {
     /// A client whose connects give up after `connect_timeout`. TLS trusts what the platform
     /// trusts (rustls-platform-verifier), through the crypto provider installed at start.
     pub fn new(connect_timeout: Duration) -> Result<UpstreamClient, ClientError> {
-        let provider = rustls::crypto::CryptoProvider::get_default()
-            .cloned()
-            .ok_or(ClientError::NoCryptoProvider)?;
-        let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(verifier))
-            .with_no_client_auth();
+        let tls = platform_tls()?;
         let mut http = HttpConnector::new();
         // The TLS layer above handles `https`; this one must accept it to pass it on.
         http.enforce_http(false);

@@ -71,6 +71,8 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
             message: "needs a restart: the running value is kept until then".into(),
         });
     }
+    // The span exporter is made once, with the request-log writer.
+    keep!(otel);
     // The response cache's store is made once; routes' `cache` settings do reload.
     if running.cache != new.cache {
         new.cache = running.cache.clone();

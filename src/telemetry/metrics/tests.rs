@@ -38,6 +38,7 @@ fn record(route: Option<&str>, provider: &str, model: &str) -> RequestRecord {
         status: Some(200),
         latency: Duration::from_millis(5),
         hedge: false,
+        span: None,
     };
     RequestRecord {
         route: route.map(|r| RouteName(Arc::from(r))),
@@ -207,6 +208,7 @@ fn step() -> impl Strategy<Value = Step> {
             status: Some(200),
             latency: Duration::from_millis(3),
             hedge,
+            span: None,
         },
     );
     let record = (

@@ -33,6 +33,7 @@ impl Attempter for Providers {
         _provider: &Provider,
         _key: Option<&KeyLease>,
         timeout: Duration,
+        _span: opentelemetry::trace::SpanId,
     ) -> Attempt<()> {
         let name = deployment.provider.as_str();
         self.calls.lock().unwrap().push(name.to_owned());
@@ -124,6 +125,7 @@ async fn run_with(
         first_step: 0,
         deadline: started + config.retry.request_deadline,
         caller: CallerTag::new("test"),
+        traced: false,
     };
     let run = run_chain(inputs, &providers).await;
     Ran {

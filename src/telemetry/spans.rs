@@ -1,0 +1,197 @@
+//! Requests as OpenTelemetry spans, exported in OTLP off the request path.
+//!
+//! The request log's writer hands each sampled record over once the request is done. It
+//! becomes a server span, with a client span for each upstream attempt (retries, fallbacks
+//! and hedge racers, the cancelled included). The spans take the ids the request already
+//! sent upstream in `traceparent`, and the times the record kept. A task of its own sends
+//! them in batches. A full queue or a collector that is down or slow drops spans, and counts
+//! them. Requests never wait on either.
+
+mod attributes;
+mod exporter;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+
+use super::{AttemptRecord, Outcome, RequestRecord};
+use crate::config::{Config, ProviderKind};
+use attributes::{attempt_attributes, request_attributes};
+
+/// The most spans sent in one export.
+const BATCH: usize = 512;
+
+/// Where a record's spans go: a bounded queue to the export task.
+pub struct Spans {
+    queue: mpsc::Sender<SpanData>,
+    providers: HashMap<String, ProviderInfo>,
+    scope: InstrumentationScope,
+    dropped: Counter,
+}
+
+/// What an attempt's span says of its provider: the convention's name, and the host.
+#[derive(Clone, Debug)]
+struct ProviderInfo {
+    name: &'static str,
+    host: String,
+}
+
+impl Spans {
+    /// Starts the export task for `config`'s `[otel]`, when it names an endpoint;
+    /// `dropped` counts the spans that could not be sent.
+    pub fn start(config: &Config, dropped: Counter) -> Option<Spans> {
+        let otel = config.otel.clone();
+        otel.endpoint.as_ref()?;
+        let (queue, spans) = mpsc::channel(otel.max_queue_spans);
+        tokio::spawn(exporter::run(otel, spans, dropped.clone()));
+        let providers = config
+            .providers
+            .iter()
+            .map(|p| {
+                let host = url::Url::parse(&p.base_url)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let name = provider_name(p.kind);
+                (p.id.as_str().to_owned(), ProviderInfo { name, host })
+            })
+            .collect();
+        Some(Spans {
+            queue,
+            providers,
+            scope: InstrumentationScope::builder("switchyard")
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build(),
+            dropped,
+        })
+    }
+
+    /// Queues `record`'s spans, when its trace is sampled; those the queue has no room for
+    /// are dropped and counted.
+    pub fn offer(&self, record: &RequestRecord) {
+        let Some(trace) = record.trace.as_ref().filter(|t| t.sampled) else {
+            return;
+        };
+        let context = SpanContext::new(
+            trace.trace_id,
+            trace.span,
+            TraceFlags::SAMPLED,
+            false,
+            trace.state.clone(),
+        );
+        let end = record.started_at + record.latency;
+        let serving = record
+            .provider
+            .as_ref()
+            .and_then(|p| self.providers.get(p.as_str()));
+        let mut events = SpanEvents::default();
+        if let Some(ttft) = record.ttft.filter(|_| record.stream) {
+            events.events.push(opentelemetry::trace::Event::new(
+                "gen_ai.first_token",
+                record.started_at + ttft,
+                Vec::new(),
+                0,
+            ));
+        }
+        let server = SpanData {
+            span_context: context.clone(),
+            parent_span_id: trace.parent.unwrap_or(SpanId::INVALID),
+            parent_span_is_remote: trace.parent.is_some(),
+            span_kind: SpanKind::Server,
+            name: span_name(record.operation, record.requested_model.as_deref()),
+            start_time: record.started_at,
+            end_time: end,
+            attributes: request_attributes(record, serving.map(|p| p.name)),
+            dropped_attributes_count: 0,
+            events,
+            links: SpanLinks::default(),
+            status: match record.outcome {
+                Outcome::Error => Status::error(record.error.clone().unwrap_or_default()),
+                _ => Status::Unset,
+            },
+            instrumentation_scope: self.scope.clone(),
+        };
+        self.send(server);
+        for attempt in &record.attempts {
+            if let Some(span) = self.attempt_span(record, attempt, &context) {
+                self.send(span);
+            }
+        }
+    }
+
+    fn attempt_span(
+        &self,
+        record: &RequestRecord,
+        attempt: &AttemptRecord,
+        parent: &SpanContext,
+    ) -> Option<SpanData> {
+        let span = attempt.span?;
+        let provider = self.providers.get(attempt.provider.as_str());
+        let failed = attempt.failure.is_some();
+        Some(SpanData {
+            span_context: SpanContext::new(
+                parent.trace_id(),
+                span.id,
+                TraceFlags::SAMPLED,
+                false,
+                parent.trace_state().clone(),
+            ),
+            parent_span_id: parent.span_id(),
+            parent_span_is_remote: false,
+            span_kind: SpanKind::Client,
+            name: span_name(record.operation, Some(attempt.model.as_str())),
+            start_time: span.started_at,
+            end_time: span.started_at + attempt.latency,
+            attributes: attempt_attributes(record, attempt, provider.map(|p| (p.name, &*p.host))),
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: match attempt.failure {
+                Some(class) if failed => Status::error(class.kind()),
+                _ => Status::Unset,
+            },
+            instrumentation_scope: self.scope.clone(),
+        })
+    }
+
+    fn send(&self, span: SpanData) {
+        if self.queue.try_send(span).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
+
+/// `{operation} {model}`, as the GenAI conventions name spans.
+fn span_name(operation: Option<&'static str>, model: Option<&str>) -> Cow<'static, str> {
+    let operation = operation.unwrap_or("chat");
+    match model {
+        Some(model) => Cow::Owned(format!("{operation} {model}")),
+        None => Cow::Borrowed(operation),
+    }
+}
+
+/// `gen_ai.provider.name` for a provider kind, in the conventions' well-known values.
+fn provider_name(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::OpenAi => "openai",
+        ProviderKind::Anthropic => "anthropic",
+        ProviderKind::Gemini => "gcp.gemini",
+        ProviderKind::Azure => "azure.ai.openai",
+    }
+}
+
+/// The attributes an attribute list can take, without the conventions' crate.
+fn kv(key: &'static str, value: impl Into<opentelemetry::Value>) -> KeyValue {
+    KeyValue::new(key, value)
+}
+
+/// A duration as whole milliseconds, for attributes.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}

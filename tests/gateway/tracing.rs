@@ -1,0 +1,286 @@
+//! Traces exported in OTLP to a receiver built on the official protobuf definitions: one
+//! server span per request with a client span per attempt, the client's trace continued and
+//! sent upstream, a stream's first token, no secret in any exported byte, and requests that
+//! never notice a collector that refuses.
+
+mod receiver;
+
+use futures_util::future::join_all;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use serde_json::Value;
+use switchyard::fake::Behavior;
+use switchyard::server::Gateway;
+
+use super::keyed::{keyed_config, keyed_primary, put_key, with_admin};
+use super::support::*;
+use super::telemetry::{parse_metrics, sample};
+use receiver::{Receiver, attribute, hex};
+
+const CLIENT_PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// `[otel]` sending to `receiver`, with `/metrics` readable.
+fn traced(receiver: &Receiver) -> TestGateway {
+    TestGateway::new()
+        .with(OBSERVABILITY)
+        .with("[otel]\n")
+        .set("endpoint", receiver.endpoint())
+}
+
+fn of_kind(spans: &[Span], kind: SpanKind) -> Vec<&Span> {
+    spans.iter().filter(|s| s.kind == kind as i32).collect()
+}
+
+fn attr(span: &Span, key: &str) -> Option<String> {
+    attribute(&span.attributes, key)
+}
+
+#[tokio::test]
+async fn a_request_that_falls_back_is_one_server_span_with_a_client_span_per_attempt() {
+    let receiver = Receiver::start().await;
+    let (primary, secondary) = primary_and_secondary([Behavior::status(500)]).await;
+    let gateway = traced(&receiver)
+        .fallback_chain(&primary, &secondary, ["model-a", "model-b"])
+        .start()
+        .await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(response.status(), 200);
+    let request_id = header(&response, "x-switchyard-request-id").to_owned();
+    receiver.wait_for(|n| *n >= 3).await;
+
+    let spans = receiver.spans();
+    let servers = of_kind(&spans, SpanKind::Server);
+    let clients = of_kind(&spans, SpanKind::Client);
+    assert_eq!((servers.len(), clients.len()), (1, 2), "{spans:#?}");
+    let server = servers[0];
+    assert_eq!(server.name, "chat r");
+    assert!(server.parent_span_id.is_empty(), "a trace begun here");
+    assert_eq!(
+        attr(server, "gen_ai.operation.name").as_deref(),
+        Some("chat")
+    );
+    assert_eq!(attr(server, "gen_ai.request.model").as_deref(), Some("r"));
+    assert_eq!(
+        attr(server, "gen_ai.response.model").as_deref(),
+        Some("model-b")
+    );
+    assert_eq!(
+        attr(server, "gen_ai.provider.name").as_deref(),
+        Some("openai")
+    );
+    assert_eq!(
+        attr(server, "switchyard.outcome").as_deref(),
+        Some("fallback")
+    );
+    assert_eq!(attr(server, "switchyard.step").as_deref(), Some("1"));
+    assert_eq!(attr(server, "switchyard.route").as_deref(), Some("r"));
+    assert_eq!(attr(server, "switchyard.request_id"), Some(request_id));
+    assert_eq!(
+        attr(server, "http.response.status_code").as_deref(),
+        Some("200")
+    );
+    assert!(attr(server, "gen_ai.usage.output_tokens").is_some());
+
+    for client in &clients {
+        assert_eq!(client.trace_id, server.trace_id);
+        assert_eq!(client.parent_span_id, server.span_id);
+        assert!(client.start_time_unix_nano >= server.start_time_unix_nano);
+        assert!(client.end_time_unix_nano <= server.end_time_unix_nano);
+        assert_eq!(attr(client, "server.address").as_deref(), Some("127.0.0.1"));
+    }
+    let failed = clients
+        .iter()
+        .find(|c| attr(c, "switchyard.step").as_deref() == Some("0"))
+        .unwrap();
+    assert_eq!(failed.name, "chat model-a");
+    assert_eq!(
+        attr(failed, "http.response.status_code").as_deref(),
+        Some("500")
+    );
+    assert_eq!(attr(failed, "error.type").as_deref(), Some("server_error"));
+    assert_eq!(
+        failed.status.as_ref().map(|s| s.code),
+        Some(StatusCode::Error as i32)
+    );
+    let served = clients
+        .iter()
+        .find(|c| attr(c, "switchyard.step").as_deref() == Some("1"))
+        .unwrap();
+    assert_eq!(
+        attr(served, "gen_ai.request.model").as_deref(),
+        Some("model-b")
+    );
+    assert_eq!(
+        attr(served, "switchyard.attempt.class").as_deref(),
+        Some("success")
+    );
+    assert_eq!(attr(served, "error.type"), None);
+
+    // Each attempt went upstream with its own span as the parent.
+    for (fake, span) in [(&primary, failed), (&secondary, served)] {
+        let sent = &fake.requests()[0].headers["traceparent"];
+        let want = format!("00-{}-{}-01", hex(&span.trace_id), hex(&span.span_id));
+        assert_eq!(sent, &want);
+    }
+    let service = attribute(&receiver.resource(), "service.name");
+    assert_eq!(service.as_deref(), Some("switchyard"));
+}
+
+#[tokio::test]
+async fn a_clients_traceparent_is_continued_and_its_state_sent_on() {
+    let receiver = Receiver::start().await;
+    let fake = scripted("p", []).await;
+    let gateway = traced(&receiver)
+        .provider("p", &fake)
+        .route("r", &[("p", "m")], "")
+        .start()
+        .await;
+    let headers = [("traceparent", CLIENT_PARENT), ("tracestate", "vendor=7")];
+    let response = post_with(&gateway, &chat("r"), &headers).await;
+    assert_eq!(response.status(), 200);
+    receiver.wait_for(|n| *n >= 2).await;
+    let spans = receiver.spans();
+    let server = of_kind(&spans, SpanKind::Server)[0];
+    assert_eq!(hex(&server.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(hex(&server.parent_span_id), "00f067aa0ba902b7");
+    assert_eq!(server.trace_state, "vendor=7");
+    let client = of_kind(&spans, SpanKind::Client)[0];
+    let sent = &fake.requests()[0].headers;
+    assert_eq!(
+        sent["traceparent"],
+        format!(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-{}-01",
+            hex(&client.span_id)
+        )
+    );
+    assert_eq!(sent["tracestate"], "vendor=7");
+}
+
+#[tokio::test]
+async fn with_tracing_off_a_clients_trace_context_reaches_the_provider_unchanged() {
+    let fake = scripted("p", []).await;
+    let gateway = one_route("p", &fake, "r", "m").await;
+    let headers = [("traceparent", CLIENT_PARENT), ("tracestate", "vendor=7")];
+    assert_eq!(
+        post_with(&gateway, &chat("r"), &headers).await.status(),
+        200
+    );
+    let sent = &fake.requests()[0].headers;
+    assert_eq!(sent["traceparent"], CLIENT_PARENT);
+    assert_eq!(sent["tracestate"], "vendor=7");
+    assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
+    assert!(!fake.requests()[1].headers.contains_key("traceparent"));
+}
+
+#[tokio::test]
+async fn a_stream_records_its_time_to_first_token() {
+    let receiver = Receiver::start().await;
+    let fake = scripted("p", []).await;
+    let gateway = traced(&receiver)
+        .provider("p", &fake)
+        .route("r", &[("p", "m")], "")
+        .start()
+        .await;
+    let response = post(&gateway, &chat_stream("r")).await;
+    let _ = response.text().await.unwrap();
+    receiver.wait_for(|n| *n >= 2).await;
+    let spans = receiver.spans();
+    let server = of_kind(&spans, SpanKind::Server)[0];
+    let first = server
+        .events
+        .iter()
+        .find(|e| e.name == "gen_ai.first_token")
+        .expect("a first-token event");
+    assert!(first.time_unix_nano >= server.start_time_unix_nano);
+    assert!(first.time_unix_nano <= server.end_time_unix_nano);
+    assert!(attr(server, "switchyard.time_to_first_token_ms").is_some());
+}
+
+#[tokio::test]
+async fn no_exported_byte_holds_a_secret_in_play() {
+    const TOKEN: &str = "admin-token-for-tracing-tests";
+    const PROVIDER_KEY: &str = "sk-provider-secret-for-tracing-0123456789";
+    let receiver = Receiver::start().await;
+    let primary = keyed_primary(PROVIDER_KEY).await;
+    let secondary = scripted("secondary", []).await;
+    let config = keyed_config(&primary, &secondary)
+        .with(OBSERVABILITY)
+        .with("[otel]\n")
+        .set("endpoint", receiver.endpoint())
+        .with("[auth]\nrequired = true\n");
+    let gateway = with_admin(config, TOKEN).await;
+    put_key(&gateway, TOKEN, PROVIDER_KEY).await;
+    let created = admin_request(
+        &gateway,
+        Some(TOKEN),
+        reqwest::Method::POST,
+        "/admin/virtual-keys",
+        Some(&serde_json::json!({"user": "tracer", "role": "default"})),
+    )
+    .await
+    .json::<Value>()
+    .await
+    .unwrap();
+    let virtual_key = created["secret"].as_str().unwrap().to_owned();
+    let auth = format!("Bearer {virtual_key}");
+    for _ in 0..3 {
+        let response = post_with(&gateway, &chat("r"), &[("authorization", &auth)]).await;
+        assert_eq!(response.status(), 200);
+    }
+    receiver.wait_for(|n| *n >= 6).await;
+    let raw = receiver.raw();
+    for secret in [PROVIDER_KEY, virtual_key.as_str(), TOKEN] {
+        assert!(
+            !raw.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "a secret was exported"
+        );
+    }
+    let spans = receiver.spans();
+    let server = of_kind(&spans, SpanKind::Server)[0];
+    assert!(
+        attr(server, "switchyard.key_id").is_some(),
+        "the key's id, never the key"
+    );
+}
+
+#[tokio::test]
+async fn a_collector_that_refuses_fails_no_request_and_export_resumes_after() {
+    let receiver = Receiver::start().await;
+    let fake = scripted("p", []).await;
+    let gateway = traced(&receiver)
+        .provider("p", &fake)
+        .route("r", &[("p", "m")], "")
+        .start()
+        .await;
+    receiver.refuse(true);
+    let body = chat("r");
+    let answers = join_all((0..50).map(|_| post(&gateway, &body))).await;
+    assert!(answers.iter().all(|a| a.status() == 200));
+    let dropped = async {
+        loop {
+            if dropped_spans(&gateway).await >= 100.0 {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), dropped)
+        .await
+        .expect("the refused spans are counted");
+    assert!(receiver.spans().is_empty());
+
+    receiver.refuse(false);
+    assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
+    receiver.wait_for(|n| *n >= 2).await;
+    assert_eq!(of_kind(&receiver.spans(), SpanKind::Server).len(), 1);
+}
+
+async fn dropped_spans(gateway: &Gateway) -> f64 {
+    let text = observe(gateway, "/metrics").await.text().await.unwrap();
+    sample(
+        &parse_metrics(&text),
+        "switchyard_otel_spans_dropped_total",
+        &[],
+    )
+}
