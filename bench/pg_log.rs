@@ -57,6 +57,7 @@ fn row(run: &str, i: usize, now: i64) -> LogRow {
         partial: false,
         error: None,
         cache: None,
+        trace_id: None,
     }
 }
 

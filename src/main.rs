@@ -107,6 +107,9 @@ enum Command {
         /// Only this user's requests.
         #[arg(long)]
         user: Option<String>,
+        /// Only the requests of this W3C trace (32 hex digits), as `[otel]` recorded it.
+        #[arg(long)]
+        trace_id: Option<String>,
         /// Only requests older than this, such as `10m` (with --since, a window).
         #[arg(long)]
         until: Option<String>,
@@ -347,6 +350,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             outcome,
             route,
             user,
+            trace_id,
             until,
             limit,
             follow,
@@ -376,6 +380,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 outcome,
                 route,
                 user,
+                trace_id: trace_id.map(|id| id.to_ascii_lowercase()),
                 limit,
             };
             let store = open_store(&load(&config)?).await?;

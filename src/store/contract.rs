@@ -99,6 +99,7 @@ fn log_row(id: &str, time_ms: i64, outcome: &str) -> LogRow {
         partial: false,
         error: Some("none".into()),
         cache: Some("hit".into()),
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
     }
 }
 

@@ -57,6 +57,9 @@ pub struct LogRow {
     /// route that caches nothing (and in rows written before the cache existed).
     #[serde(default)]
     pub cache: Option<String>,
+    /// The W3C trace id (32 hex digits) when the request was traced.
+    #[serde(default)]
+    pub trace_id: Option<String>,
 }
 
 /// Which rows `switchyard logs` (or the scorecard) reads.
@@ -69,6 +72,7 @@ pub struct LogQuery {
     pub outcome: Option<String>,
     pub route: Option<String>,
     pub user: Option<String>,
+    pub trace_id: Option<String>,
     /// The newest this many rows (still returned oldest first).
     pub limit: Option<usize>,
 }

@@ -603,6 +603,7 @@ mod tests {
                         partial: false,
                         error: None,
                         cache: None,
+                        trace_id: None,
                     }
                 },
             )

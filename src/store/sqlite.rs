@@ -125,6 +125,9 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE virtual_keys ADD COLUMN budget_per_month_micros INTEGER;",
     // What the response cache did for the request: hit, miss, bypass or coalesced.
     "ALTER TABLE request_log ADD COLUMN cache TEXT;",
+    // The request's W3C trace id, when it was traced: `switchyard logs --trace-id`.
+    "ALTER TABLE request_log ADD COLUMN trace_id TEXT;
+     CREATE INDEX IF NOT EXISTS request_log_trace ON request_log (trace_id);",
 ];
 
 /// The migration that adds the rollups; a store that had rows before it is backfilled.

@@ -222,6 +222,7 @@ fn printable_row(row: &LogRow) -> LogRow {
     row.model = optional_name(&row.model);
     row.error = optional(&row.error);
     row.cache = optional(&row.cache);
+    row.trace_id = optional(&row.trace_id);
     for attempt in &mut row.attempts {
         attempt.provider = name(&attempt.provider);
         attempt.model = name(&attempt.model);

@@ -85,7 +85,16 @@ impl Spans {
             false,
             trace.state.clone(),
         );
-        let end = record.started_at + record.latency;
+        // The record's times and its attempts' are read from two clocks (wall and
+        // monotonic) a few µs apart: the server span is widened to hold its children.
+        let attempt_times = record.attempts.iter().filter_map(|a| {
+            a.span
+                .map(|span| (span.started_at, span.started_at + a.latency))
+        });
+        let (start, end) = attempt_times.fold(
+            (record.started_at, record.started_at + record.latency),
+            |(start, end), (from, to)| (start.min(from), end.max(to)),
+        );
         let serving = record
             .provider
             .as_ref()
@@ -105,7 +114,7 @@ impl Spans {
             parent_span_is_remote: trace.parent.is_some(),
             span_kind: SpanKind::Server,
             name: span_name(record.operation, record.requested_model.as_deref()),
-            start_time: record.started_at,
+            start_time: start,
             end_time: end,
             attributes: request_attributes(record, serving.map(|p| p.name)),
             dropped_attributes_count: 0,

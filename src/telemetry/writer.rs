@@ -471,6 +471,7 @@ pub fn log_row(record: RequestRecord) -> LogRow {
         user: record.user,
         error: record.error,
         cache: record.cache.map(|c| c.as_str().to_owned()),
+        trace_id: record.trace.as_ref().map(|t| t.trace_id.to_string()),
     }
 }
 
@@ -548,6 +549,7 @@ mod tests {
                 partial: true,
                 error: Some("upstream_timeout".into()),
                 cache: None,
+                trace_id: None,
             }
         );
     }

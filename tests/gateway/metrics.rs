@@ -331,6 +331,7 @@ async fn switchyard_logs_escapes_control_characters_so_a_name_cannot_forge_rows(
         partial: false,
         error: Some(hostile.into()),
         cache: None,
+        trace_id: None,
     };
     store.insert_log(vec![row]).await.unwrap();
     drop(store);

@@ -284,3 +284,52 @@ async fn dropped_spans(gateway: &Gateway) -> f64 {
         &[],
     )
 }
+
+#[tokio::test]
+async fn a_traced_requests_log_row_holds_its_trace_id_and_the_logs_filter_by_it() {
+    let receiver = Receiver::start().await;
+    let fake = scripted("p", []).await;
+    let db = std::env::temp_dir().join(format!("switchyard-trace-{}.db", uuid::Uuid::now_v7()));
+    let config = traced(&receiver)
+        .with("[store]\n")
+        .set("url", format!("sqlite://{}", db.display()))
+        .provider("p", &fake)
+        .route("r", &[("p", "m")], "");
+    let gateway = config.start().await;
+    let continued = post_with(&gateway, &chat("r"), &[("traceparent", CLIENT_PARENT)]).await;
+    let begun = post(&gateway, &chat("r")).await;
+    let id = |response: &reqwest::Response| header(response, "x-switchyard-request-id").to_owned();
+    let (continued, begun) = (id(&continued), id(&begun));
+    let row = record(&gateway, &continued).await;
+    let trace = row.trace.as_ref().map(|t| t.trace_id.to_string());
+    assert_eq!(trace.as_deref(), Some("4bf92f3577b34da6a3ce929d0e0e4736"));
+    record(&gateway, &begun).await;
+    gateway.shutdown().await.unwrap();
+
+    let path = db.with_extension("toml");
+    std::fs::write(&path, config.text()).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args([
+            "logs",
+            "--json",
+            "--trace-id",
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            "--config",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let rows: Vec<Value> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["id"], continued.as_str());
+    assert_eq!(rows[0]["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let _ = std::fs::remove_file(&path);
+}

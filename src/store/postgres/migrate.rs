@@ -116,6 +116,9 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE virtual_keys ADD COLUMN budget_per_month_micros BIGINT;",
     // What the response cache did for the request: hit, miss, bypass or coalesced.
     "ALTER TABLE request_log ADD COLUMN cache TEXT;",
+    // The request's W3C trace id, when it was traced: `switchyard logs --trace-id`.
+    "ALTER TABLE request_log ADD COLUMN trace_id TEXT;
+     CREATE INDEX request_log_trace ON request_log (trace_id);",
 ];
 
 /// How many versions this build knows; a database further on was migrated by a newer one.

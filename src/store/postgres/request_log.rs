@@ -17,15 +17,15 @@ use crate::store::rollup::{MINUTE_MS, Rollups};
 pub(super) const COLUMNS: &str =
     "id, time_ms, key_id, user_name, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
-     error, cache";
+     error, cache, trace_id";
 
 const INSERT: &str = "INSERT INTO request_log (id, time_ms, key_id, user_name, route, outcome,
          step, provider, model, attempts, status, latency_ms, ttft_ms, overhead_ms, tokens_in,
-         tokens_out, cost_usd, stream, partial, error, cache)
+         tokens_out, cost_usd, stream, partial, error, cache, trace_id)
      SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::text[], $5::text[],
          $6::text[], $7::int8[], $8::text[], $9::text[], $10::text[], $11::int4[],
          $12::float8[], $13::float8[], $14::float8[], $15::int8[], $16::int8[], $17::float8[],
-         $18::bool[], $19::bool[], $20::text[], $21::text[])
+         $18::bool[], $19::bool[], $20::text[], $21::text[], $22::text[])
      ON CONFLICT (id) DO NOTHING
      RETURNING id";
 
@@ -53,6 +53,7 @@ struct Columns<'a> {
     partial: Vec<bool>,
     error: Vec<Option<&'a str>>,
     cache: Vec<Option<&'a str>>,
+    trace_id: Vec<Option<&'a str>>,
 }
 
 impl<'a> Columns<'a> {
@@ -82,11 +83,12 @@ impl<'a> Columns<'a> {
             c.partial.push(row.partial);
             c.error.push(row.error.as_deref());
             c.cache.push(row.cache.as_deref());
+            c.trace_id.push(row.trace_id.as_deref());
         }
         c
     }
 
-    fn params(&self) -> [&(dyn ToSql + Sync); 21] {
+    fn params(&self) -> [&(dyn ToSql + Sync); 22] {
         [
             &self.id,
             &self.time_ms,
@@ -109,6 +111,7 @@ impl<'a> Columns<'a> {
             &self.partial,
             &self.error,
             &self.cache,
+            &self.trace_id,
         ]
     }
 }
@@ -160,6 +163,9 @@ impl PgStore {
         }
         if let Some(route) = query.route {
             add("route =", Box::new(route));
+        }
+        if let Some(trace_id) = query.trace_id {
+            add("trace_id =", Box::new(trace_id));
         }
         let filter = if conditions.is_empty() {
             String::new()
@@ -242,5 +248,6 @@ fn read_row(row: &Row) -> Result<LogRow, StoreError> {
         partial: row.try_get(18)?,
         error: row.try_get(19)?,
         cache: row.try_get(20)?,
+        trace_id: row.try_get(21)?,
     })
 }

@@ -19,7 +19,7 @@ const BACKFILL_MS: i64 = 24 * 3_600_000 + MINUTE_MS;
 pub(super) const COLUMNS: &str =
     "id, time_ms, key_id, user, route, outcome, step, provider, model, attempts,
      status, latency_ms, ttft_ms, overhead_ms, tokens_in, tokens_out, cost_usd, stream, partial,
-     error, cache";
+     error, cache, trace_id";
 
 impl SqliteStore {
     /// Inserts a batch of rows, and folds them into the rollups, in one transaction: all of
@@ -61,6 +61,10 @@ impl SqliteStore {
             if let Some(route) = query.route {
                 values.push(route.into());
                 conditions.push(format!("route = ?{}", values.len()));
+            }
+            if let Some(trace_id) = query.trace_id {
+                values.push(trace_id.into());
+                conditions.push(format!("trace_id = ?{}", values.len()));
             }
             let filter = if conditions.is_empty() {
                 String::new()
@@ -124,7 +128,7 @@ fn insert_rows(
         let mut insert = tx.prepare_cached(&format!(
             "INSERT OR IGNORE INTO request_log ({COLUMNS})
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-                     ?16, ?17, ?18, ?19, ?20, ?21)"
+                     ?16, ?17, ?18, ?19, ?20, ?21, ?22)"
         ))?;
         for (index, row) in rows.iter().enumerate() {
             pace.offer_core_at(index);
@@ -152,6 +156,7 @@ fn insert_rows(
                 row.partial,
                 row.error,
                 row.cache,
+                row.trace_id,
             ])?;
             // Only a row stored now counts: a replayed one is in the rollups already.
             if changed == 1 {
@@ -193,6 +198,7 @@ pub(super) fn read_row(row: &Row<'_>) -> rusqlite::Result<LogRow> {
         partial: row.get(18)?,
         error: row.get(19)?,
         cache: row.get(20)?,
+        trace_id: row.get(21)?,
     })
 }
 
@@ -249,6 +255,7 @@ mod tests {
             partial: false,
             error: None,
             cache: None,
+            trace_id: None,
         }
     }
 

@@ -192,6 +192,7 @@ mod tests {
             partial: false,
             error: None,
             cache: None,
+            trace_id: None,
         }
     }
 
@@ -349,6 +350,7 @@ mod tests {
                  ALTER TABLE virtual_keys DROP COLUMN budget_per_day_micros;
                  ALTER TABLE virtual_keys DROP COLUMN budget_per_month_micros;
                  ALTER TABLE request_log DROP COLUMN cache;
+                 DROP INDEX request_log_trace; ALTER TABLE request_log DROP COLUMN trace_id;
                  PRAGMA user_version = 3;",
             )
             .unwrap();

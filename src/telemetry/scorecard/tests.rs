@@ -73,6 +73,7 @@ fn row(age_ms: i64, outcome: &str, latency_ms: f64) -> LogRow {
         partial: false,
         error: None,
         cache: None,
+        trace_id: None,
     }
 }
 
