@@ -226,6 +226,8 @@ pub struct ServerConfig {
     pub max_sse_event_bytes: usize,
     /// Threads serving client connections; `None` is one for each core the process may use.
     pub threads: Option<usize>,
+    /// Client headers every provider without a list of its own is sent as they came.
+    pub forward_headers: Vec<http::HeaderName>,
 }
 
 #[derive(Clone, Debug)]
@@ -419,6 +421,8 @@ pub struct Provider {
     /// Active health checks: while one of its breakers is open, the gateway probes it with
     /// the smallest real request, and no user's request is ever the probe.
     pub health_check: Option<HealthCheck>,
+    /// Client headers sent on to it as they came: its own list, else the server's.
+    pub forward_headers: Vec<http::HeaderName>,
 }
 
 /// `health_check = { every }` on a provider.

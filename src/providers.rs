@@ -63,6 +63,9 @@ pub struct ClientRequest {
     /// The client's `anthropic-beta` header: forwarded to Anthropic steps; other steps carry
     /// every beta field they can translate and refuse the rest by name, so it is not needed.
     pub anthropic_beta: Option<String>,
+    /// The client headers some provider's `forward_headers` names, as they came; each
+    /// attempt sends on those its provider names.
+    pub forwarded: Vec<(http::HeaderName, http::HeaderValue)>,
 }
 
 impl ClientRequest {
@@ -73,6 +76,7 @@ impl ClientRequest {
             operation,
             body: body.into(),
             anthropic_beta: None,
+            forwarded: Vec::new(),
         }
     }
 

@@ -29,6 +29,7 @@ mod gateway {
     mod embeddings;
     mod endpoints;
     mod fallback;
+    mod forward_headers;
     mod health_checks;
     mod hedging;
     mod http2_upstream;

@@ -165,6 +165,7 @@ pub struct RawServer {
     pub max_upstream_body_bytes: Option<u64>,
     pub max_sse_event_bytes: Option<u64>,
     pub threads: Option<u64>,
+    pub forward_headers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -244,6 +245,8 @@ pub struct RawProvider {
     pub http2: Option<bool>,
     /// `health_check = { every = "10s" }`: probe its open breakers with a request of our own.
     pub health_check: Option<RawHealthCheck>,
+    /// Client headers sent on to it as they came (default: `[server] forward_headers`).
+    pub forward_headers: Option<Vec<String>>,
 }
 
 /// `health_check = { every = "10s" }`.

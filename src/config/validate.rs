@@ -5,6 +5,7 @@ mod breaker;
 mod budgets;
 mod cache;
 mod cluster;
+mod forward;
 mod hedge;
 mod lease;
 mod location;
@@ -139,7 +140,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     errors.unique("roles", raw.roles.iter().map(|r| r.name.as_str()));
     errors.unique("providers", raw.providers.iter().map(|p| p.name.as_str()));
     errors.unique("routes", raw.routes.iter().map(|r| r.name.as_str()));
-    let providers = providers(&mut errors, raw.providers);
+    let providers = providers(&mut errors, raw.providers, &server.forward_headers);
     let routes = routes(&mut errors, raw.routes, &providers);
     let retry = retry(&mut errors, raw.retry);
     let breaker = breaker::breaker(&mut errors, raw.breaker);
@@ -326,7 +327,11 @@ pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 /// Azure's latest generally available data-plane `api-version` when this was written.
 pub const DEFAULT_AZURE_API_VERSION: &str = "2024-10-21";
 
-fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
+fn providers(
+    errors: &mut Errors,
+    raw: Vec<RawProvider>,
+    forward_by_default: &[http::HeaderName],
+) -> Vec<Provider> {
     let mut providers = Vec::with_capacity(raw.len());
     for (i, p) in raw.into_iter().enumerate() {
         let kind = match p.kind.as_str() {
@@ -458,6 +463,13 @@ fn providers(errors: &mut Errors, raw: Vec<RawProvider>) -> Vec<Provider> {
             responses,
             http2: p.http2.unwrap_or(false),
             health_check,
+            forward_headers: match p.forward_headers {
+                Some(names) => {
+                    let field = format!("providers[{i}].forward_headers");
+                    forward::header_names(errors, &field, names)
+                }
+                None => forward_by_default.to_vec(),
+            },
         });
     }
     providers

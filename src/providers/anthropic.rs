@@ -298,6 +298,7 @@ mod tests {
             operation: Operation::Chat,
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
             anthropic_beta: None,
+            forwarded: Vec::new(),
         };
         let built = AnthropicAdapter.request(&target, &request, true).unwrap();
         assert_eq!(built.uri, "https://api.anthropic.com/v1/messages");

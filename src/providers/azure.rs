@@ -101,6 +101,7 @@ mod tests {
             operation: Operation::Chat,
             body: serde_json::from_str(r#"{"model":"smart","messages":[]}"#).unwrap(),
             anthropic_beta: None,
+            forwarded: Vec::new(),
         };
         let built = AzureAdapter.request(&target, &request, false).unwrap();
         assert_eq!(

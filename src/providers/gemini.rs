@@ -138,6 +138,7 @@ mod tests {
             operation,
             body: serde_json::from_str(body).unwrap(),
             anthropic_beta: None,
+            forwarded: Vec::new(),
         };
         GeminiAdapter.request(&target, &request, stream).unwrap()
     }

@@ -94,6 +94,7 @@ impl Attempter for JsonAttempter<'_> {
             Err(rejection) => return rejected(&self.request, rejection),
         };
         self.propagation.inject(&mut request.headers, span);
+        forward(&mut request.headers, &self.request, provider);
         let scrubber = Scrubber::for_key(key);
         let response = match timeout(attempt_timeout, self.client.send(request)).await {
             Err(_) => return failed(FailureClass::Timeout),
@@ -241,6 +242,16 @@ fn rejected<T>(request: &ClientRequest, rejection: Rejection) -> Attempt<T> {
     })
 }
 
+/// Sends on the client headers `provider`'s `forward_headers` names; a header the adapter
+/// set itself is kept.
+fn forward(headers: &mut http::HeaderMap, request: &ClientRequest, provider: &Provider) {
+    for (name, value) in &request.forwarded {
+        if provider.forward_headers.contains(name) && !headers.contains_key(name) {
+            headers.insert(name.clone(), value.clone());
+        }
+    }
+}
+
 /// Makes streamed attempts, each up to its first event.
 pub struct StreamAttempter<'a> {
     pub client: &'a UpstreamClient,
@@ -286,6 +297,7 @@ impl Attempter for StreamAttempter<'_> {
             Err(rejection) => return rejected(&self.request, rejection),
         };
         self.propagation.inject(&mut request.headers, span);
+        forward(&mut request.headers, &self.request, provider);
         let scrubber = Scrubber::for_key(key);
         let mut translator = adapter.stream(&self.request);
         let client_request = &self.request;

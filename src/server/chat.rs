@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -25,7 +25,7 @@ use super::stream::{StreamForwarder, StreamLimits};
 use crate::auth::Caller;
 use crate::budgets::Reservation;
 use crate::cache::Lookup;
-use crate::config::Route;
+use crate::config::{Config, Route};
 use crate::limits::Permit;
 use crate::providers::anthropic::ANTHROPIC_BETA;
 use crate::providers::{ClientFormat, ClientRequest, JsonKind, Operation, RequestBody};
@@ -238,6 +238,21 @@ fn breaker_caller(caller: &Caller) -> CallerTag {
     }
 }
 
+/// The client headers any provider's `forward_headers` names, as they came (none at all,
+/// and nothing spent, when no provider forwards any).
+fn forwarded(config: &Config, headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
+    let mut forwarded: Vec<(HeaderName, HeaderValue)> = Vec::new();
+    for name in config.providers.iter().flat_map(|p| &p.forward_headers) {
+        if forwarded.iter().any(|(have, _)| have == name) {
+            continue;
+        }
+        if let Some(value) = headers.get(name) {
+            forwarded.push((name.clone(), value.clone()));
+        }
+    }
+    forwarded
+}
+
 /// `/v1/chat/completions`' own fields.
 fn check_chat(request: &RequestBody) -> Result<bool, ApiError> {
     if request.field_kind("messages") != Some(JsonKind::Array) {
@@ -292,6 +307,7 @@ fn prepare(
                 .get(ANTHROPIC_BETA)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
+            forwarded: forwarded(&state.config(), headers),
         },
         stream,
         first_step: 0,

@@ -198,5 +198,6 @@ fn smallest_request(id: &DeploymentId) -> Option<ClientRequest> {
         operation: Operation::Chat,
         body,
         anthropic_beta: None,
+        forwarded: Vec::new(),
     })
 }

@@ -116,6 +116,11 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
         max_upstream_body_bytes,
         max_sse_event_bytes,
         threads,
+        forward_headers: super::forward::header_names(
+            errors,
+            "server.forward_headers",
+            raw.forward_headers.unwrap_or_default(),
+        ),
     }
 }
 
