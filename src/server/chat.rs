@@ -307,7 +307,7 @@ fn prepare(
                 .get(ANTHROPIC_BETA)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned),
-            forwarded: forwarded(&state.config(), headers),
+            forwarded: forwarded(state.config(), headers),
         },
         stream,
         first_step: 0,
