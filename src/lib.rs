@@ -10,7 +10,8 @@
 //! - [`budgets`]: spend budgets per key and role, reserved at admission and settled on usage.
 //! - [`cache`]: answers kept per route that opts in, scoped to the caller, misses coalesced.
 //! - [`keys`]: provider secrets, and which keys are benched.
-//! - [`telemetry`]: one record per request, written off the hot path.
+//! - [`telemetry`]: one record per request, written off the hot path, and its trace's spans.
+//! - [`tls`]: TLS for the gateway's own outgoing connections.
 //! - [`fake`]: the scriptable fake provider used by tests, the demo and the benchmark.
 //! - [`demo`]: fake providers and a gateway in one process, for a first look.
 //! - [`check`]: `switchyard check`'s report of each route's chain and worst case.
@@ -38,3 +39,4 @@ pub mod secret;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

@@ -34,7 +34,7 @@ pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, hyper::Error>> + S
 
 pub use client::{
     ClientError, TransportError, UpstreamBody, UpstreamClient, UpstreamResponse,
-    drop_this_threads_pools, otlp_http_client,
+    drop_this_threads_pools,
 };
 
 /// A whole answer that served, in the client's format.

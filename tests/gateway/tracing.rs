@@ -333,3 +333,44 @@ async fn a_traced_requests_log_row_holds_its_trace_id_and_the_logs_filter_by_it(
     }
     let _ = std::fs::remove_file(&path);
 }
+
+#[tokio::test]
+async fn the_sampling_ratio_holds_and_an_unsampled_trace_is_still_sent_on() {
+    const REQUESTS: usize = 400;
+    let receiver = Receiver::start().await;
+    let fake = scripted("p", []).await;
+    let gateway = traced(&receiver)
+        .set("sample_ratio", 0.5)
+        .provider("p", &fake)
+        .route("r", &[("p", "m")], "")
+        .start()
+        .await;
+    let body = chat("r");
+    for chunk in (0..REQUESTS).collect::<Vec<_>>().chunks(20) {
+        let answers = join_all(chunk.iter().map(|_| post(&gateway, &body))).await;
+        assert!(answers.iter().all(|a| a.status() == 200));
+    }
+    // Every request reached the fake with a traceparent; those sampled say so in its flags.
+    let sent: Vec<String> = fake
+        .requests()
+        .iter()
+        .map(|r| r.headers["traceparent"].clone())
+        .collect();
+    assert_eq!(sent.len(), REQUESTS);
+    let sampled = sent.iter().filter(|p| p.ends_with("-01")).count();
+    assert_eq!(
+        sent.iter().filter(|p| p.ends_with("-00")).count(),
+        REQUESTS - sampled
+    );
+    // Binomial(400, 0.5): a standard deviation of 10, and these bounds are 5 of them.
+    assert!(
+        (150..=250).contains(&sampled),
+        "{sampled} of {REQUESTS} sampled"
+    );
+    receiver.wait_for(|n| *n >= 2 * sampled).await;
+    let servers = of_kind(&receiver.spans(), SpanKind::Server).len();
+    assert_eq!(
+        servers, sampled,
+        "exactly the sampled requests are exported"
+    );
+}

@@ -25,6 +25,8 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::pool::{IDLE_TIMEOUT, OriginKey, Pool, Sender, StreamSlot};
 use crate::providers::outbound::{OutBody, UpstreamRequest};
+pub use crate::tls::ClientError;
+use crate::tls::platform_tls;
 use target::{Target, Targets};
 
 /// An answer's head, its body still to be read.
@@ -101,15 +103,6 @@ thread_local! {
     static TARGETS: RefCell<Targets> = RefCell::new(Targets::default());
 }
 
-/// Why the client could not be built.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("no rustls crypto provider is installed")]
-    NoCryptoProvider,
-    #[error("the platform certificate verifier: {0}")]
-    Verifier(#[from] rustls::Error),
-}
-
 /// Why an attempt got no whole answer. None of these carries a header value or a body, so
 /// none can show a key.
 #[derive(Debug, thiserror::Error)]
@@ -158,38 +151,6 @@ pub fn drop_this_threads_pools() {
     // Taken out first, so no pool's drop runs while the thread-local is borrowed.
     let pools = POOLS.with_borrow_mut(std::mem::take);
     drop(pools);
-}
-
-/// TLS that trusts what the platform trusts (rustls-platform-verifier), through the crypto
-/// provider installed at start.
-fn platform_tls() -> Result<rustls::ClientConfig, ClientError> {
-    let provider = rustls::crypto::CryptoProvider::get_default()
-        .cloned()
-        .ok_or(ClientError::NoCryptoProvider)?;
-    let verifier = rustls_platform_verifier::Verifier::new(provider.clone())?;
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth())
-}
-
-/// The OTLP/HTTP exporter's client: hyper's, over the same TLS as upstream requests, each
-/// export given up after `timeout`.
-pub fn otlp_http_client(
-    timeout: Duration,
-) -> Result<opentelemetry_http::hyper::HyperClient<HttpsConnector<HttpConnector>>, ClientError> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(timeout));
-    let connector = HttpsConnectorBuilder::new()
-        .with_tls_config(platform_tls()?)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Ok(opentelemetry_http::hyper::HyperClient::new(
-        connector, timeout, None,
-    ))
 }
 
 impl UpstreamClient {

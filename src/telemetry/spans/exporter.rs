@@ -62,8 +62,7 @@ fn build(config: &OtelConfig) -> Result<opentelemetry_otlp::SpanExporter, String
                 .iter()
                 .map(|(name, value)| (name.clone(), value.expose().to_owned()))
                 .collect();
-            let client = crate::router::upstream::otlp_http_client(config.timeout)
-                .map_err(|e| e.to_string())?;
+            let client = crate::tls::otlp_http_client(config.timeout).map_err(|e| e.to_string())?;
             opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
                 .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
