@@ -63,7 +63,7 @@ impl Tracing {
 
     /// The request's trace: the client's continued when `headers` carry a valid
     /// `traceparent`, else a new one; sampled by the parent's choice, else by the ratio.
-    pub fn start(&self, headers: &HeaderMap) -> TraceContext {
+    pub fn start(&self, headers: &HeaderMap) -> Arc<TraceContext> {
         let context = TraceContextPropagator::new().extract(&Headers(headers));
         let remote = context.span().span_context().clone();
         let (trace_id, parent, state) = match remote.is_valid() {
@@ -79,13 +79,13 @@ impl Tracing {
             .should_sample(Some(&context), trace_id, "", &SpanKind::Server, &[], &[])
             .decision
             == SamplingDecision::RecordAndSample;
-        TraceContext {
+        Arc::new(TraceContext {
             trace_id,
             parent,
             span: self.ids.new_span_id(),
             sampled,
             state,
-        }
+        })
     }
 
     /// A span id for one upstream attempt.
@@ -188,7 +188,7 @@ mod tests {
 
         let attempt = SpanId::from(0x1122_3344_5566_7788);
         let mut upstream = HeaderMap::new();
-        Propagation::Traced(Arc::new(trace)).inject(&mut upstream, attempt);
+        Propagation::Traced(trace).inject(&mut upstream, attempt);
         assert_eq!(
             upstream[TRACEPARENT],
             "00-4bf92f3577b34da6a3ce929d0e0e4736-1122334455667788-01"
