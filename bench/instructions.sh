@@ -25,6 +25,7 @@ INSTR_ESCAPED_SIZES=${INSTR_ESCAPED_SIZES-"128k"}
 INSTR_STREAM=${INSTR_STREAM:-1}          # 0: no stream scenario
 INSTR_PROXY=${INSTR_PROXY:-1}            # 0: no reference proxy line
 INSTR_CACHE=${INSTR_CACHE:-1}            # 0: no response-cache hit scenario
+INSTR_TRACED=${INSTR_TRACED:-0}          # 1: every request traced, spans exported (OTLP)
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/switchyard-instr.XXXXXX")
 PIDS=()

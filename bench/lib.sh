@@ -122,6 +122,10 @@ start_nginx() {
             root $WORK/nginx/www;
             default_type text/event-stream;
         }
+        # An OTLP/HTTP endpoint that takes every export (INSTR_TRACED=1).
+        location = /otlp/v1/traces {
+            return 200;
+        }
     }
 }
 NGINX
@@ -223,6 +227,15 @@ name = "bench-cached"
 steps = [{ provider = "json", model = "m" }]
 cache = { ttl = "1h", scope = "shared" }
 TOML
+    if [[ ${INSTR_TRACED:-0} == 1 ]]; then
+        cat >>"$WORK/gateway.toml" <<TOML
+
+# Every request traced, its spans exported to nginx (which takes them all).
+[otel]
+endpoint = "http://$NGINX_ADDR/otlp"
+sample_ratio = 1.0
+TOML
+    fi
     if [[ -n $failing ]]; then
         cat >>"$WORK/gateway.toml" <<TOML
 
