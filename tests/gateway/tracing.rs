@@ -374,3 +374,52 @@ async fn the_sampling_ratio_holds_and_an_unsampled_trace_is_still_sent_on() {
         "exactly the sampled requests are exported"
     );
 }
+
+#[tokio::test]
+async fn each_hedge_racer_is_a_client_span_the_cancelled_one_included() {
+    let receiver = Receiver::start().await;
+    let primary = scripted("primary", [Behavior::ok().delay_ms(2_000)]).await;
+    let secondary = scripted("secondary", [Behavior::ok().delay_ms(50)]).await;
+    let gateway = traced(&receiver)
+        .provider("primary", &primary)
+        .provider("secondary", &secondary)
+        .route(
+            "r",
+            &[("primary", "model-a"), ("secondary", "model-b")],
+            "hedge = { after = \"200ms\" }",
+        )
+        .start()
+        .await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(header(&response, "x-switchyard-hedged"), "true");
+    receiver.wait_for(|n| *n >= 3).await;
+    let spans = receiver.spans();
+    let server = of_kind(&spans, SpanKind::Server)[0];
+    assert_eq!(attr(server, "switchyard.hedged").as_deref(), Some("true"));
+    let clients = of_kind(&spans, SpanKind::Client);
+    assert_eq!(clients.len(), 2);
+    let class = |step: &str| {
+        let span = clients
+            .iter()
+            .find(|c| attr(c, "switchyard.step").as_deref() == Some(step))
+            .unwrap();
+        (
+            attr(span, "switchyard.attempt.class"),
+            attr(span, "switchyard.hedged"),
+            hex(&span.span_id),
+        )
+    };
+    let (lost, won) = (class("0"), class("1"));
+    assert_eq!(
+        (lost.0.as_deref(), lost.1.as_deref()),
+        (Some("hedge_lost"), Some("false"))
+    );
+    assert_eq!(
+        (won.0.as_deref(), won.1.as_deref()),
+        (Some("success"), Some("true"))
+    );
+    for (fake, span_id) in [(&primary, &lost.2), (&secondary, &won.2)] {
+        let sent = &fake.requests()[0].headers["traceparent"];
+        assert!(sent.contains(span_id.as_str()), "{sent} names {span_id}");
+    }
+}
