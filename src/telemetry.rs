@@ -164,6 +164,8 @@ pub struct RequestRecord {
     /// `text_completion`) and the model the client asked for.
     pub operation: Option<&'static str>,
     pub requested_model: Option<String>,
+    /// The request's `max_tokens` (or `max_completion_tokens`, `max_output_tokens`).
+    pub max_tokens: Option<u64>,
 }
 
 /// What the response cache did for a request, as `x-switchyard-cache` and the log say.
@@ -220,6 +222,7 @@ impl RequestRecord {
             trace: None,
             operation: None,
             requested_model: None,
+            max_tokens: None,
         }
     }
 }

@@ -120,6 +120,10 @@ async fn serve(
             _ => "chat",
         });
         record.requested_model = Some(prepared.model.clone());
+        let body = &prepared.request.body;
+        record.max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|field| body.field_as::<u64>(field));
     }
     prepared.first_step = match admission::authorize(state, &caller, &prepared.model, headers) {
         Ok(first_step) => first_step,

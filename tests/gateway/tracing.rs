@@ -44,7 +44,9 @@ async fn a_request_that_falls_back_is_one_server_span_with_a_client_span_per_att
         .fallback_chain(&primary, &secondary, ["model-a", "model-b"])
         .start()
         .await;
-    let response = post(&gateway, &chat("r")).await;
+    let mut body = chat("r");
+    body["max_tokens"] = serde_json::json!(64);
+    let response = post(&gateway, &body).await;
     assert_eq!(response.status(), 200);
     let request_id = header(&response, "x-switchyard-request-id").to_owned();
     receiver.wait_for(|n| *n >= 3).await;
@@ -61,6 +63,10 @@ async fn a_request_that_falls_back_is_one_server_span_with_a_client_span_per_att
         Some("chat")
     );
     assert_eq!(attr(server, "gen_ai.request.model").as_deref(), Some("r"));
+    assert_eq!(
+        attr(server, "gen_ai.request.max_tokens").as_deref(),
+        Some("64")
+    );
     assert_eq!(
         attr(server, "gen_ai.response.model").as_deref(),
         Some("model-b")

@@ -20,6 +20,9 @@ pub fn request_attributes(record: &RequestRecord, provider: Option<&'static str>
     if let Some(model) = &record.requested_model {
         attributes.push(kv("gen_ai.request.model", model.clone()));
     }
+    if let Some(max_tokens) = record.max_tokens {
+        attributes.push(kv("gen_ai.request.max_tokens", max_tokens as i64));
+    }
     if let Some(provider) = provider {
         attributes.push(kv("gen_ai.provider.name", provider));
     }
