@@ -10,7 +10,7 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::Value;
-use switchyard::fake::Behavior;
+use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::server::Gateway;
 
 use super::keyed::{keyed_config, keyed_primary, put_key, with_admin};
@@ -26,6 +26,17 @@ fn traced(receiver: &Receiver) -> TestGateway {
         .with(OBSERVABILITY)
         .with("[otel]\n")
         .set("endpoint", receiver.endpoint())
+}
+
+/// Route `r` over one fake provider, traced to `receiver`.
+async fn one_traced_route(receiver: &Receiver) -> (FakeHandle, Gateway) {
+    let fake = scripted("p", []).await;
+    let gateway = traced(receiver)
+        .provider("p", &fake)
+        .route("r", &[("p", "m")], "")
+        .start()
+        .await;
+    (fake, gateway)
 }
 
 fn of_kind(spans: &[Span], kind: SpanKind) -> Vec<&Span> {
@@ -136,12 +147,7 @@ async fn a_request_that_falls_back_is_one_server_span_with_a_client_span_per_att
 #[tokio::test]
 async fn a_clients_traceparent_is_continued_and_its_state_sent_on() {
     let receiver = Receiver::start().await;
-    let fake = scripted("p", []).await;
-    let gateway = traced(&receiver)
-        .provider("p", &fake)
-        .route("r", &[("p", "m")], "")
-        .start()
-        .await;
+    let (fake, gateway) = one_traced_route(&receiver).await;
     let headers = [("traceparent", CLIENT_PARENT), ("tracestate", "vendor=7")];
     let response = post_with(&gateway, &chat("r"), &headers).await;
     assert_eq!(response.status(), 200);
@@ -182,12 +188,7 @@ async fn with_tracing_off_a_clients_trace_context_reaches_the_provider_unchanged
 #[tokio::test]
 async fn a_stream_records_its_time_to_first_token() {
     let receiver = Receiver::start().await;
-    let fake = scripted("p", []).await;
-    let gateway = traced(&receiver)
-        .provider("p", &fake)
-        .route("r", &[("p", "m")], "")
-        .start()
-        .await;
+    let (_fake, gateway) = one_traced_route(&receiver).await;
     let response = post(&gateway, &chat_stream("r")).await;
     let _ = response.text().await.unwrap();
     receiver.wait_for(|n| *n >= 2).await;
@@ -253,12 +254,7 @@ async fn no_exported_byte_holds_a_secret_in_play() {
 #[tokio::test]
 async fn a_collector_that_refuses_fails_no_request_and_export_resumes_after() {
     let receiver = Receiver::start().await;
-    let fake = scripted("p", []).await;
-    let gateway = traced(&receiver)
-        .provider("p", &fake)
-        .route("r", &[("p", "m")], "")
-        .start()
-        .await;
+    let (_fake, gateway) = one_traced_route(&receiver).await;
     receiver.refuse(true);
     let body = chat("r");
     let answers = join_all((0..50).map(|_| post(&gateway, &body))).await;
