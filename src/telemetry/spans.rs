@@ -14,8 +14,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use opentelemetry::InstrumentationScope;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags};
-use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
@@ -193,11 +193,6 @@ fn provider_name(kind: ProviderKind) -> &'static str {
         ProviderKind::Gemini => "gcp.gemini",
         ProviderKind::Azure => "azure.ai.openai",
     }
-}
-
-/// The attributes an attribute list can take, without the conventions' crate.
-fn kv(key: &'static str, value: impl Into<opentelemetry::Value>) -> KeyValue {
-    KeyValue::new(key, value)
 }
 
 /// A duration as whole milliseconds, for attributes.

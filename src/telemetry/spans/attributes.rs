@@ -4,54 +4,63 @@
 
 use opentelemetry::KeyValue;
 
-use super::{kv, millis};
+use super::millis;
 use crate::telemetry::{AttemptRecord, RequestRecord};
 
 /// The server span's: what the client asked, what served it, and what it cost.
 pub fn request_attributes(record: &RequestRecord, provider: Option<&'static str>) -> Vec<KeyValue> {
     let mut attributes = vec![
-        kv("gen_ai.operation.name", record.operation.unwrap_or("chat")),
-        kv("switchyard.request_id", record.id.clone()),
-        kv("switchyard.outcome", record.outcome.as_str()),
-        kv("http.response.status_code", i64::from(record.status)),
-        kv("switchyard.attempts", record.attempts.len() as i64),
-        kv("switchyard.hedged", record.attempts.iter().any(|a| a.hedge)),
+        KeyValue::new("gen_ai.operation.name", record.operation.unwrap_or("chat")),
+        KeyValue::new("switchyard.request_id", record.id.clone()),
+        KeyValue::new("switchyard.outcome", record.outcome.as_str()),
+        KeyValue::new("http.response.status_code", i64::from(record.status)),
+        KeyValue::new("switchyard.attempts", record.attempts.len() as i64),
+        KeyValue::new("switchyard.hedged", record.attempts.iter().any(|a| a.hedge)),
     ];
     if let Some(model) = &record.requested_model {
-        attributes.push(kv("gen_ai.request.model", model.clone()));
+        attributes.push(KeyValue::new("gen_ai.request.model", model.clone()));
     }
     if let Some(max_tokens) = record.max_tokens {
-        attributes.push(kv("gen_ai.request.max_tokens", max_tokens as i64));
+        attributes.push(KeyValue::new(
+            "gen_ai.request.max_tokens",
+            max_tokens as i64,
+        ));
     }
     if let Some(provider) = provider {
-        attributes.push(kv("gen_ai.provider.name", provider));
+        attributes.push(KeyValue::new("gen_ai.provider.name", provider));
     }
     if let Some(model) = &record.model {
-        attributes.push(kv("gen_ai.response.model", model.as_str().to_owned()));
+        attributes.push(KeyValue::new(
+            "gen_ai.response.model",
+            model.as_str().to_owned(),
+        ));
     }
     if let Some(tokens) = record.tokens_in {
-        attributes.push(kv("gen_ai.usage.input_tokens", tokens as i64));
+        attributes.push(KeyValue::new("gen_ai.usage.input_tokens", tokens as i64));
     }
     if let Some(tokens) = record.tokens_out {
-        attributes.push(kv("gen_ai.usage.output_tokens", tokens as i64));
+        attributes.push(KeyValue::new("gen_ai.usage.output_tokens", tokens as i64));
     }
     if let Some(route) = &record.route {
-        attributes.push(kv("switchyard.route", route.as_str().to_owned()));
+        attributes.push(KeyValue::new("switchyard.route", route.as_str().to_owned()));
     }
     if let Some(step) = record.step {
-        attributes.push(kv("switchyard.step", step as i64));
+        attributes.push(KeyValue::new("switchyard.step", step as i64));
     }
     if let Some(key_id) = &record.key_id {
-        attributes.push(kv("switchyard.key_id", key_id.clone()));
+        attributes.push(KeyValue::new("switchyard.key_id", key_id.clone()));
     }
     if let Some(cache) = record.cache {
-        attributes.push(kv("switchyard.cache", cache.as_str()));
+        attributes.push(KeyValue::new("switchyard.cache", cache.as_str()));
     }
     if let Some(error) = &record.error {
-        attributes.push(kv("error.type", error.clone()));
+        attributes.push(KeyValue::new("error.type", error.clone()));
     }
     if let Some(ttft) = record.ttft.filter(|_| record.stream) {
-        attributes.push(kv("switchyard.time_to_first_token_ms", millis(ttft)));
+        attributes.push(KeyValue::new(
+            "switchyard.time_to_first_token_ms",
+            millis(ttft),
+        ));
     }
     attributes
 }
@@ -63,25 +72,28 @@ pub fn attempt_attributes(
     provider: Option<(&'static str, &str)>,
 ) -> Vec<KeyValue> {
     let mut attributes = vec![
-        kv("gen_ai.operation.name", record.operation.unwrap_or("chat")),
-        kv("gen_ai.request.model", attempt.model.as_str().to_owned()),
-        kv("switchyard.provider", attempt.provider.as_str().to_owned()),
-        kv("switchyard.step", attempt.step as i64),
-        kv("switchyard.hedged", attempt.hedge),
-        kv(
+        KeyValue::new("gen_ai.operation.name", record.operation.unwrap_or("chat")),
+        KeyValue::new("gen_ai.request.model", attempt.model.as_str().to_owned()),
+        KeyValue::new("switchyard.provider", attempt.provider.as_str().to_owned()),
+        KeyValue::new("switchyard.step", attempt.step as i64),
+        KeyValue::new("switchyard.hedged", attempt.hedge),
+        KeyValue::new(
             "switchyard.attempt.class",
             attempt.failure.map_or("success", |class| class.kind()),
         ),
     ];
     if let Some((name, host)) = provider {
-        attributes.push(kv("gen_ai.provider.name", name));
-        attributes.push(kv("server.address", host.to_owned()));
+        attributes.push(KeyValue::new("gen_ai.provider.name", name));
+        attributes.push(KeyValue::new("server.address", host.to_owned()));
     }
     if let Some(status) = attempt.status {
-        attributes.push(kv("http.response.status_code", i64::from(status)));
+        attributes.push(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
     }
     if let Some(class) = attempt.failure {
-        attributes.push(kv("error.type", class.kind()));
+        attributes.push(KeyValue::new("error.type", class.kind()));
     }
     attributes
 }
