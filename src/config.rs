@@ -26,7 +26,7 @@ use retry_budget::RetryBudget;
 pub use access::{DirectModels, ModelPattern, pattern_matches};
 pub use cache::{CacheBackend, CacheConfig, CacheScope, RouteCache};
 pub use duration::{format_duration, parse_duration};
-pub use otel::{OtelConfig, OtelProtocol};
+pub use otel::{OtelConfig, OtelProtocol, SemConv};
 pub use redis_target::RedisTarget;
 
 /// A configured provider's name, as steps refer to it.

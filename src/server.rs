@@ -28,6 +28,7 @@ mod response_cache;
 mod responses;
 mod scorecard;
 mod shards;
+mod span_content;
 mod spend;
 mod stamp;
 mod start;

@@ -166,6 +166,8 @@ pub struct RequestRecord {
     pub requested_model: Option<String>,
     /// The request's `max_tokens` (or `max_completion_tokens`, `max_output_tokens`).
     pub max_tokens: Option<u64>,
+    /// The rest of a sampled request's span: role, budget, finish reasons and content.
+    pub detail: Option<Box<trace::SpanDetail>>,
 }
 
 /// What the response cache did for a request, as `x-switchyard-cache` and the log say.
@@ -223,6 +225,7 @@ impl RequestRecord {
             operation: None,
             requested_model: None,
             max_tokens: None,
+            detail: None,
         }
     }
 }
@@ -269,6 +272,8 @@ pub struct Telemetry {
     in_flight: Arc<watch::Sender<usize>>,
     state: Arc<WriterState>,
     settings: Arc<Settings>,
+    /// What sampled requests' spans say of each provider.
+    span_providers: Arc<spans::SpanProviders>,
 }
 
 /// The `[log]` settings the sending side needs.
@@ -344,6 +349,7 @@ impl Telemetry {
             .unwrap_or_else(|| default_spill_path(&config.store.url));
         let journal = (settings.spill_bytes > 0)
             .then(|| journal::Journal::open(spill_path.clone(), settings.spill_bytes));
+        let span_providers = Arc::new(spans::SpanProviders::new(config));
         let writer = writer::Writer::new(
             store,
             config,
@@ -351,6 +357,7 @@ impl Telemetry {
             log.clone(),
             metrics.clone(),
             state.clone(),
+            span_providers.clone(),
         );
         let writer = tokio::spawn(writer.run(receiver));
         (
@@ -366,9 +373,17 @@ impl Telemetry {
                     spill_capacity: settings.spill_bytes,
                     spill_path,
                 }),
+                span_providers,
             },
             TelemetryWriter(writer),
         )
+    }
+
+    /// Takes a reloaded config's names: the metrics' labels, and the spans' providers.
+    pub fn reconfigure(&self, config: &Config) {
+        self.metrics
+            .set_names(metrics::LabelNames::from_config(config));
+        self.span_providers.set(config);
     }
 
     /// Queues one record that holds no reserved place: when the queue is full it is dropped,

@@ -61,6 +61,11 @@ impl Reservation {
         self.amount
     }
 
+    /// Micro-USD left of the tightest budget after this reservation.
+    pub fn remaining(&self) -> Option<u64> {
+        self.remaining
+    }
+
     /// `x-switchyard-budget-remaining`: US dollars left of the tightest budget after this
     /// reservation.
     pub fn remaining_header(&self) -> Option<String> {

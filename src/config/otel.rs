@@ -24,6 +24,23 @@ pub struct OtelConfig {
     pub max_queue_spans: usize,
     /// How long one export may take.
     pub timeout: Duration,
+    /// Whether spans carry the prompt and the answer (`gen_ai.input.messages` and the like);
+    /// never by default.
+    pub capture_content: bool,
+    /// The most bytes of content one span carries; longer texts are cut.
+    pub max_content_bytes: usize,
+    /// The GenAI conventions' version the attributes follow.
+    pub semconv: SemConv,
+}
+
+/// The version of the GenAI semantic conventions (still marked Development) spans follow,
+/// for dashboards built on an older one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemConv {
+    /// v1.37: the provider is `gen_ai.provider.name`.
+    V1_37,
+    /// v1.36: the provider is `gen_ai.system`, with that version's values.
+    V1_36,
 }
 
 /// How spans travel to the endpoint.
@@ -46,6 +63,9 @@ impl Default for OtelConfig {
             sample_ratio: 1.0,
             max_queue_spans: 8192,
             timeout: Duration::from_secs(10),
+            capture_content: false,
+            max_content_bytes: 16 * 1024,
+            semconv: SemConv::V1_37,
         }
     }
 }

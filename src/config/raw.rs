@@ -60,6 +60,9 @@ pub struct RawOtel {
     pub sample_ratio: Option<f64>,
     pub max_queue_spans: Option<usize>,
     pub timeout: Option<String>,
+    pub capture_content: Option<bool>,
+    pub max_content_bytes: Option<usize>,
+    pub semconv: Option<String>,
 }
 
 /// `[cache]`: where cached answers live.

@@ -19,6 +19,7 @@ use super::error::ApiError;
 use super::error::BodyError;
 use super::refusal::{failed_by, refuse, unauthenticated};
 use super::response_cache::{self, Keep, Plan, StreamKeep};
+use super::span_content::{self, StreamTrace};
 use super::spend;
 use super::stamp::{UPSTREAM_REQUEST_ID, stamp, upstream_response};
 use super::stream::{StreamForwarder, StreamLimits};
@@ -124,6 +125,10 @@ async fn serve(
         record.max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
             .iter()
             .find_map(|field| body.field_as::<u64>(field));
+        let sampled = record.trace.as_ref().is_some_and(|trace| trace.sampled);
+        if let (true, Some(tracing)) = (sampled, &state.tracing) {
+            span_content::begin(record, tracing, &caller.role, &prepared.request);
+        }
     }
     prepared.first_step = match admission::authorize(state, &caller, &prepared.model, headers) {
         Ok(first_step) => first_step,
@@ -176,6 +181,10 @@ async fn serve(
         },
     };
     if let Some((entry, coalesced)) = kept {
+        if guard.record().detail.is_some() {
+            let kind = (prepared.request.operation, prepared.request.format);
+            span_content::answered(guard.record(), kind, &entry.body);
+        }
         match response_cache::body_for(&prepared.request, prepared.stream, &entry) {
             Some(mut replay) => {
                 if let (Some(plan), Some(served)) = (responses_plan, replay.response.take()) {
@@ -204,6 +213,12 @@ async fn serve(
         .reservation
         .as_ref()
         .and_then(Reservation::remaining_header);
+    if let (Some(detail), Some(reserved)) = (
+        guard.record().detail.as_deref_mut(),
+        prepared.reservation.as_ref(),
+    ) {
+        detail.budget = Some((reserved.amount(), reserved.remaining()));
+    }
     let reservation = prepared.reservation.take();
     let deadline = guard.started() + state.config().retry.request_deadline;
     let propagation = Propagation::of(guard.record().trace.as_ref(), headers);
@@ -350,6 +365,10 @@ async fn answer_json(
                 .await;
             }
             let record = guard.record();
+            if record.detail.is_some() {
+                let kind = (answer.request.operation, answer.request.format);
+                span_content::answered(record, kind, &output.reply.body);
+            }
             if let Some(usage) = output.usage {
                 record.tokens_in = Some(usage.prompt_tokens);
                 record.tokens_out = Some(usage.completion_tokens);
@@ -407,9 +426,11 @@ async fn answer_stream(
                 let served_by = answer.run.answered_by.clone();
                 StreamKeep::new(keep, answer.route.clone(), &answer.request, step, served_by)
             });
+            let trace = StreamTrace::of(guard.record(), &answer.request);
             let forwarder = StreamForwarder::new(output, guard, permit, verdict, limits)
                 .with_reservation(reservation)
-                .keeping(keeping);
+                .keeping(keeping)
+                .tracing(trace);
             *response.body_mut() = forwarder.into_body();
             response
         }

@@ -28,7 +28,7 @@ use crate::budgets::Budgets;
 use crate::config::{Config, ConfigError, FieldError, Route};
 use crate::limits::Limits;
 use crate::store::now_ms;
-use crate::telemetry::metrics::{ConfigStamp, LabelNames};
+use crate::telemetry::metrics::ConfigStamp;
 
 /// What the config file decides: swapped whole by a reload.
 pub struct Live {
@@ -153,7 +153,7 @@ impl Shared {
         let limits = running.limits.reconfigured(&config);
         let budgets = running.budgets.reconfigured(&config);
         let metrics = &self.telemetry.metrics;
-        metrics.set_names(LabelNames::from_config(&config));
+        self.telemetry.reconfigure(&config);
         let live = Live::new(config, limits, budgets);
         let stamp = live.stamp.clone();
         self.live.store(Arc::new(live));

@@ -5,6 +5,8 @@ mod assemble;
 mod replay;
 mod responses;
 
+pub(super) use assemble::Assembler;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

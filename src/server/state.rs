@@ -176,7 +176,7 @@ impl AppState {
             .otel
             .endpoint
             .is_some()
-            .then(|| crate::telemetry::trace::Tracing::new(config.otel.sample_ratio));
+            .then(|| crate::telemetry::trace::Tracing::from_config(&config.otel));
         let live = Live::new(config, limits, budgets);
         telemetry.metrics.reload.loaded(&live.stamp);
         let shared = Shared {

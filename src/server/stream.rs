@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, timeout_at};
 
 use super::response_cache::StreamKeep;
+use super::span_content::StreamTrace;
 use crate::budgets::Reservation;
 use crate::limits::Permit;
 use crate::providers::sse::{SseError, SseEvent};
@@ -58,6 +59,9 @@ pub struct StreamForwarder {
     /// The answer gathered for the response cache, on a route that keeps answers. Boxed:
     /// most streams keep none.
     keep: Option<Box<StreamKeep>>,
+    /// The answer gathered for a sampled trace's span: its finish reasons, and its content
+    /// when captured. Boxed: most streams are not sampled.
+    trace: Option<Box<StreamTrace>>,
 }
 
 /// What ends a stream that the upstream would carry on forever.
@@ -97,6 +101,7 @@ impl StreamForwarder {
             reservation: None,
             settling: None,
             keep: None,
+            trace: None,
         }
     }
 
@@ -114,6 +119,16 @@ impl StreamForwarder {
         for frame in first {
             self.feed_keep(&frame);
         }
+        self
+    }
+
+    /// Gathers a sampled stream's answer for its span.
+    pub fn tracing(mut self, trace: Option<StreamTrace>) -> StreamForwarder {
+        self.trace = trace.map(|mut trace| {
+            // The first events are queued already.
+            self.pending.iter().for_each(|frame| trace.feed(frame));
+            Box::new(trace)
+        });
         self
     }
 
@@ -236,6 +251,9 @@ impl StreamForwarder {
         if self.keep.is_some() {
             self.feed_keep(&frame);
         }
+        if let Some(trace) = self.trace.as_mut() {
+            trace.feed(&frame);
+        }
         self.pending_bytes += frame.len();
         self.pending.push_back(frame);
     }
@@ -278,6 +296,9 @@ impl StreamForwarder {
             StreamState::Done => {
                 self.finish_with(frames);
                 self.keep_answer();
+                if let Some(trace) = self.trace.take() {
+                    self.update(|record| trace.finish(record));
+                }
                 self.update(|record| record.partial = false);
                 self.judge(None);
                 self.settle();

@@ -12,8 +12,10 @@ mod exporter;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use opentelemetry::InstrumentationScope;
 use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
@@ -21,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::sync::mpsc;
 
 use super::{AttemptRecord, Outcome, RequestRecord};
-use crate::config::{Config, ProviderKind};
+use crate::config::{Config, ProviderKind, SemConv};
 use attributes::{attempt_attributes, request_attributes};
 
 /// The most spans sent in one export.
@@ -30,44 +32,65 @@ const BATCH: usize = 512;
 /// Where a record's spans go: a bounded queue to the export task.
 pub struct Spans {
     queue: mpsc::Sender<SpanData>,
-    providers: HashMap<String, ProviderInfo>,
+    providers: Arc<SpanProviders>,
     scope: InstrumentationScope,
+    semconv: SemConv,
     dropped: Counter,
 }
 
-/// What an attempt's span says of its provider: the convention's name, and the host.
+/// What an attempt's span says of its provider: its kind, and the host.
 #[derive(Clone, Debug)]
 struct ProviderInfo {
-    name: &'static str,
+    kind: ProviderKind,
     host: String,
+}
+
+/// What spans say of each configured provider, replaced whole when a reload changes them.
+pub struct SpanProviders(ArcSwap<HashMap<String, ProviderInfo>>);
+
+impl SpanProviders {
+    pub fn new(config: &Config) -> SpanProviders {
+        SpanProviders(ArcSwap::from_pointee(provider_infos(config)))
+    }
+
+    /// The providers of a reloaded config.
+    pub fn set(&self, config: &Config) {
+        self.0.store(Arc::new(provider_infos(config)));
+    }
+}
+
+fn provider_infos(config: &Config) -> HashMap<String, ProviderInfo> {
+    let infos = config.providers.iter().map(|p| {
+        let host = url::Url::parse(&p.base_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_owned))
+            .unwrap_or_default();
+        let info = ProviderInfo { kind: p.kind, host };
+        (p.id.as_str().to_owned(), info)
+    });
+    infos.collect()
 }
 
 impl Spans {
     /// Starts the export task for `config`'s `[otel]`, when it names an endpoint;
     /// `dropped` counts the spans that could not be sent.
-    pub fn start(config: &Config, dropped: Counter) -> Option<Spans> {
+    pub fn start(
+        config: &Config,
+        providers: Arc<SpanProviders>,
+        dropped: Counter,
+    ) -> Option<Spans> {
         let otel = config.otel.clone();
         otel.endpoint.as_ref()?;
+        let semconv = otel.semconv;
         let (queue, spans) = mpsc::channel(otel.max_queue_spans);
         tokio::spawn(exporter::run(otel, spans, dropped.clone()));
-        let providers = config
-            .providers
-            .iter()
-            .map(|p| {
-                let host = url::Url::parse(&p.base_url)
-                    .ok()
-                    .and_then(|u| u.host_str().map(str::to_owned))
-                    .unwrap_or_default();
-                let name = provider_name(p.kind);
-                (p.id.as_str().to_owned(), ProviderInfo { name, host })
-            })
-            .collect();
         Some(Spans {
             queue,
             providers,
             scope: InstrumentationScope::builder("switchyard")
                 .with_version(env!("CARGO_PKG_VERSION"))
                 .build(),
+            semconv,
             dropped,
         })
     }
@@ -95,10 +118,11 @@ impl Spans {
             (record.started_at, record.started_at + record.latency),
             |(start, end), (from, to)| (start.min(from), end.max(to)),
         );
+        let providers = self.providers.0.load();
         let serving = record
             .provider
             .as_ref()
-            .and_then(|p| self.providers.get(p.as_str()));
+            .and_then(|p| providers.get(p.as_str()));
         let mut events = SpanEvents::default();
         if let Some(ttft) = record.ttft.filter(|_| record.stream) {
             events.events.push(opentelemetry::trace::Event::new(
@@ -116,7 +140,7 @@ impl Spans {
             name: span_name(record.operation, record.requested_model.as_deref()),
             start_time: start,
             end_time: end,
-            attributes: request_attributes(record, serving.map(|p| p.name)),
+            attributes: request_attributes(record, serving.map(|p| p.kind), self.semconv),
             dropped_attributes_count: 0,
             events,
             links: SpanLinks::default(),
@@ -128,7 +152,8 @@ impl Spans {
         };
         self.send(server);
         for attempt in &record.attempts {
-            if let Some(span) = self.attempt_span(record, attempt, &context) {
+            let provider = providers.get(attempt.provider.as_str());
+            if let Some(span) = self.attempt_span(record, attempt, provider, &context) {
                 self.send(span);
             }
         }
@@ -138,10 +163,10 @@ impl Spans {
         &self,
         record: &RequestRecord,
         attempt: &AttemptRecord,
+        provider: Option<&ProviderInfo>,
         parent: &SpanContext,
     ) -> Option<SpanData> {
         let span = attempt.span?;
-        let provider = self.providers.get(attempt.provider.as_str());
         let failed = attempt.failure.is_some();
         Some(SpanData {
             span_context: SpanContext::new(
@@ -157,7 +182,12 @@ impl Spans {
             name: span_name(record.operation, Some(attempt.model.as_str())),
             start_time: span.started_at,
             end_time: span.started_at + attempt.latency,
-            attributes: attempt_attributes(record, attempt, provider.map(|p| (p.name, &*p.host))),
+            attributes: attempt_attributes(
+                record,
+                attempt,
+                provider.map(|p| (p.kind, &*p.host)),
+                self.semconv,
+            ),
             dropped_attributes_count: 0,
             events: SpanEvents::default(),
             links: SpanLinks::default(),
@@ -182,16 +212,6 @@ fn span_name(operation: Option<&'static str>, model: Option<&str>) -> Cow<'stati
     match model {
         Some(model) => Cow::Owned(format!("{operation} {model}")),
         None => Cow::Borrowed(operation),
-    }
-}
-
-/// `gen_ai.provider.name` for a provider kind, in the conventions' well-known values.
-fn provider_name(kind: ProviderKind) -> &'static str {
-    match kind {
-        ProviderKind::OpenAi => "openai",
-        ProviderKind::Anthropic => "anthropic",
-        ProviderKind::Gemini => "gcp.gemini",
-        ProviderKind::Azure => "azure.ai.openai",
     }
 }
 

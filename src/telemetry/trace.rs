@@ -46,11 +46,33 @@ pub enum Propagation {
     Traced(Arc<TraceContext>),
 }
 
+/// What a sampled request's spans tell beyond its log row. Made only for a sampled trace,
+/// and boxed in the record, which most requests send without one.
+#[derive(Clone, Debug, Default)]
+pub struct SpanDetail {
+    /// The caller's role.
+    pub role: Option<Arc<str>>,
+    /// The tightest spend budget's reservation for this request, and what it leaves, in
+    /// micro-USD; `None` when no budget applies.
+    pub budget: Option<(u64, Option<u64>)>,
+    /// Why each choice of the answer ended, as the client was told.
+    pub finish_reasons: Vec<String>,
+    /// With `[otel] capture_content`: the GenAI conventions' JSON of the system
+    /// instructions, the messages in and the messages out.
+    pub system_instructions: Option<String>,
+    pub input_messages: Option<String>,
+    pub output_messages: Option<String>,
+    /// With capture on, the bytes of content the answer may still take.
+    pub content_room: Option<usize>,
+}
+
 /// Starts requests' traces: on when `[otel]` names an endpoint.
 #[derive(Debug)]
 pub struct Tracing {
     sampler: Sampler,
     ids: RandomIdGenerator,
+    /// With `[otel] capture_content`, the most bytes of content a span carries.
+    content_bytes: Option<usize>,
 }
 
 impl Tracing {
@@ -58,7 +80,21 @@ impl Tracing {
         Tracing {
             sampler: Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(sample_ratio))),
             ids: RandomIdGenerator::default(),
+            content_bytes: None,
         }
+    }
+
+    /// Tracing as `[otel]` sets it.
+    pub fn from_config(otel: &crate::config::OtelConfig) -> Tracing {
+        Tracing {
+            content_bytes: otel.capture_content.then_some(otel.max_content_bytes),
+            ..Tracing::new(otel.sample_ratio)
+        }
+    }
+
+    /// The most bytes of prompt and answer a span carries; `None` when none is captured.
+    pub fn content_bytes(&self) -> Option<usize> {
+        self.content_bytes
     }
 
     /// The request's trace: the client's continued when `headers` carry a valid

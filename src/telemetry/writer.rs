@@ -71,6 +71,7 @@ impl Writer {
         log: Arc<RecentLog>,
         metrics: Arc<Metrics>,
         state: Arc<WriterState>,
+        span_providers: Arc<super::spans::SpanProviders>,
     ) -> Self {
         let metrics_dropped = metrics.otel_spans_dropped.clone();
         let prices = config
@@ -92,7 +93,7 @@ impl Writer {
             next_try: Instant::now(),
             store_timeout: config.store.timeout,
             retry_wait: RETRY,
-            spans: super::spans::Spans::start(config, metrics_dropped),
+            spans: super::spans::Spans::start(config, span_providers, metrics_dropped),
         }
     }
 

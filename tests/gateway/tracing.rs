@@ -3,6 +3,8 @@
 //! sent upstream, a stream's first token, no secret in any exported byte, and requests that
 //! never notice a collector that refuses.
 
+mod content;
+mod outage;
 mod receiver;
 
 use futures_util::future::join_all;
@@ -259,23 +261,25 @@ async fn a_collector_that_refuses_fails_no_request_and_export_resumes_after() {
     let body = chat("r");
     let answers = join_all((0..50).map(|_| post(&gateway, &body))).await;
     assert!(answers.iter().all(|a| a.status() == 200));
-    let dropped = async {
-        loop {
-            if dropped_spans(&gateway).await >= 100.0 {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(30), dropped)
-        .await
-        .expect("the refused spans are counted");
+    wait_for_dropped(&gateway, 100.0).await;
     assert!(receiver.spans().is_empty());
 
     receiver.refuse(false);
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
     receiver.wait_for(|n| *n >= 2).await;
     assert_eq!(of_kind(&receiver.spans(), SpanKind::Server).len(), 1);
+}
+
+/// Resolves once at least `count` spans are counted dropped (within 30 s, or fails).
+async fn wait_for_dropped(gateway: &Gateway, count: f64) {
+    let dropped = async {
+        while dropped_spans(gateway).await < count {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), dropped)
+        .await
+        .expect("the lost spans are counted");
 }
 
 async fn dropped_spans(gateway: &Gateway) -> f64 {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::Errors;
 use crate::config::raw::RawOtel;
-use crate::config::{OtelConfig, OtelProtocol};
+use crate::config::{OtelConfig, OtelProtocol, SemConv};
 use crate::secret::Secret;
 
 /// `[otel]`; `env` reads an environment variable (the process's, or a test's own).
@@ -64,7 +64,7 @@ pub(super) fn otel(
             ),
         }
     }
-    let mut headers = Vec::new();
+    let mut headers = env_headers(errors, env);
     for (name, variable) in raw.headers_env.unwrap_or_default() {
         let field = format!("otel.headers_env.{name}");
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -73,7 +73,9 @@ pub(super) fn otel(
         }
         match env(&variable).filter(|v| !v.is_empty()) {
             Some(value) if http::HeaderValue::from_str(&value).is_ok() => {
-                headers.push((name.to_ascii_lowercase(), Secret::new(value)));
+                let name = name.to_ascii_lowercase();
+                headers.retain(|(have, _)| *have != name);
+                headers.push((name, Secret::new(value)));
             }
             // Only the variable's name is repeated, never its value.
             Some(_) => errors.add(field, format!("`{variable}` is not a header value")),
@@ -94,10 +96,37 @@ pub(super) fn otel(
     if max_queue_spans == 0 {
         errors.add("otel.max_queue_spans", "must be greater than 0");
     }
-    let timeout = errors.duration("otel.timeout", raw.timeout.as_deref(), defaults.timeout);
+    let timeout = match raw.timeout {
+        Some(text) => errors.duration("otel.timeout", Some(&text), defaults.timeout),
+        // The specification's timeout variables are whole milliseconds.
+        None => either(
+            "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+            "OTEL_EXPORTER_OTLP_TIMEOUT",
+        )
+        .and_then(|ms| ms.trim().parse().ok())
+        .map_or(defaults.timeout, Duration::from_millis),
+    };
     if timeout.is_zero() || timeout > Duration::from_secs(60) {
         errors.add("otel.timeout", "must be between 1ms and 60s");
     }
+    let max_content_bytes = raw.max_content_bytes.unwrap_or(defaults.max_content_bytes);
+    if max_content_bytes == 0 {
+        errors.add(
+            "otel.max_content_bytes",
+            "must be greater than 0 (capture_content = false captures none)",
+        );
+    }
+    let semconv = match raw.semconv.as_deref() {
+        None | Some("1.37") => SemConv::V1_37,
+        Some("1.36") => SemConv::V1_36,
+        Some(other) => {
+            errors.add(
+                "otel.semconv",
+                format!("`{other}` is not one of `1.37`, `1.36`"),
+            );
+            SemConv::V1_37
+        }
+    };
     OtelConfig {
         endpoint,
         protocol,
@@ -107,7 +136,48 @@ pub(super) fn otel(
         sample_ratio,
         max_queue_spans,
         timeout,
+        capture_content: raw.capture_content.unwrap_or(false),
+        max_content_bytes,
+        semconv,
     }
+}
+
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (else `OTEL_EXPORTER_OTLP_HEADERS`): `name=value`
+/// pairs, comma-separated, values percent-encoded, as the specification writes them. A pair
+/// that cannot be read is refused by the variable's name, never with its value.
+fn env_headers(errors: &mut Errors, env: &dyn Fn(&str) -> Option<String>) -> Vec<(String, Secret)> {
+    let (variable, list) = match env("OTEL_EXPORTER_OTLP_TRACES_HEADERS").filter(|v| !v.is_empty())
+    {
+        Some(list) => ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", list),
+        None => match env("OTEL_EXPORTER_OTLP_HEADERS").filter(|v| !v.is_empty()) {
+            Some(list) => ("OTEL_EXPORTER_OTLP_HEADERS", list),
+            None => return Vec::new(),
+        },
+    };
+    let mut headers = Vec::new();
+    for (index, pair) in list.split(',').filter(|p| !p.trim().is_empty()).enumerate() {
+        let read = pair.split_once('=').and_then(|(name, value)| {
+            let name = name.trim().to_ascii_lowercase();
+            let value = percent_encoding::percent_decode_str(value.trim())
+                .decode_utf8()
+                .ok()?
+                .into_owned();
+            let valid = http::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                && http::HeaderValue::from_str(&value).is_ok();
+            valid.then(|| (name, Secret::new(value)))
+        });
+        match read {
+            Some(header) => headers.push(header),
+            None => errors.add(
+                "otel",
+                format!(
+                    "`{variable}`: pair {} is not a `name=value` header",
+                    index + 1
+                ),
+            ),
+        }
+    }
+    headers
 }
 
 /// The traces' URL at a base endpoint: OTLP/HTTP's `/v1/traces` path added, as the
@@ -234,6 +304,61 @@ mod tests {
         assert_eq!(
             resolve("sample_ratio = 0.5", &vars).unwrap().sample_ratio,
             0.5
+        );
+    }
+
+    #[test]
+    fn the_specifications_header_and_timeout_variables_apply_and_the_file_wins() {
+        let vars = [
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-team=hc%20key,x-other=2"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+        ];
+        let config = resolve(
+            "headers_env = { \"x-other\" = \"MINE\" }",
+            &[vars[0], vars[1], ("MINE", "from-file")],
+        )
+        .unwrap();
+        let headers: Vec<(&str, &str)> = config
+            .headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.expose()))
+            .collect();
+        assert_eq!(headers, [("x-team", "hc key"), ("x-other", "from-file")]);
+        assert_eq!(config.timeout, Duration::from_millis(2500));
+        let traces_own = [
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-a=1"),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-b=2"),
+        ];
+        assert_eq!(resolve("", &traces_own).unwrap().headers[0].0, "x-a");
+        let broken = [("OTEL_EXPORTER_OTLP_HEADERS", "x-a=1,no-equals-secret")];
+        let errors = resolve("", &broken).unwrap_err();
+        assert_eq!(
+            errors,
+            ["otel: `OTEL_EXPORTER_OTLP_HEADERS`: pair 2 is not a `name=value` header"]
+        );
+    }
+
+    #[test]
+    fn content_is_off_unless_asked_and_the_conventions_version_is_named() {
+        let default = resolve("", &[]).unwrap();
+        assert!(!default.capture_content);
+        assert_eq!(default.semconv, SemConv::V1_37);
+        let on = resolve(
+            "capture_content = true\nmax_content_bytes = 100\nsemconv = \"1.36\"",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (on.capture_content, on.max_content_bytes, on.semconv),
+            (true, 100, SemConv::V1_36)
+        );
+        let errors = resolve("max_content_bytes = 0\nsemconv = \"2\"", &[]).unwrap_err();
+        assert_eq!(
+            errors,
+            [
+                "otel.max_content_bytes: must be greater than 0 (capture_content = false captures none)",
+                "otel.semconv: `2` is not one of `1.37`, `1.36`"
+            ]
         );
     }
 }

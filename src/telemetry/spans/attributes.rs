@@ -1,14 +1,21 @@
 //! The attributes of a request's spans: the GenAI semantic conventions' (v1.37, marked
-//! Development), then Switchyard's own under `switchyard.*`. None holds a key, a secret or a
-//! URL with its query: providers are named by kind and host only.
+//! Development, or v1.36 by `[otel] semconv`), then Switchyard's own under `switchyard.*`.
+//! None holds a key, a secret or a URL with its query: providers are named by kind and host
+//! only. Content is there only when `[otel] capture_content` put it in the record.
 
-use opentelemetry::KeyValue;
+use opentelemetry::{Array, KeyValue, StringValue, Value};
 
 use super::millis;
+use crate::config::{ProviderKind, SemConv};
+use crate::telemetry::trace::SpanDetail;
 use crate::telemetry::{AttemptRecord, RequestRecord};
 
 /// The server span's: what the client asked, what served it, and what it cost.
-pub fn request_attributes(record: &RequestRecord, provider: Option<&'static str>) -> Vec<KeyValue> {
+pub fn request_attributes(
+    record: &RequestRecord,
+    provider: Option<ProviderKind>,
+    semconv: SemConv,
+) -> Vec<KeyValue> {
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", record.operation.unwrap_or("chat")),
         KeyValue::new("switchyard.request_id", record.id.clone()),
@@ -26,8 +33,8 @@ pub fn request_attributes(record: &RequestRecord, provider: Option<&'static str>
             max_tokens as i64,
         ));
     }
-    if let Some(provider) = provider {
-        attributes.push(KeyValue::new("gen_ai.provider.name", provider));
+    if let Some(kind) = provider {
+        attributes.push(provider_name(kind, semconv));
     }
     if let Some(model) = &record.model {
         attributes.push(KeyValue::new(
@@ -62,14 +69,83 @@ pub fn request_attributes(record: &RequestRecord, provider: Option<&'static str>
             millis(ttft),
         ));
     }
+    if let Some(detail) = &record.detail {
+        detail_attributes(detail, &mut attributes);
+    }
     attributes
 }
 
-/// An attempt's client span: the deployment it went to, and how it ended.
+/// What only a sampled record's detail holds: the caller's role, its budget, the answer's
+/// finish reasons and, when captured, the content.
+fn detail_attributes(detail: &SpanDetail, attributes: &mut Vec<KeyValue>) {
+    if let Some(role) = &detail.role {
+        attributes.push(KeyValue::new("switchyard.role", role.to_string()));
+    }
+    if let Some((reserved, remaining)) = detail.budget {
+        attributes.push(KeyValue::new(
+            "switchyard.budget.reserved_usd",
+            usd(reserved),
+        ));
+        if let Some(remaining) = remaining {
+            attributes.push(KeyValue::new(
+                "switchyard.budget.remaining_usd",
+                usd(remaining),
+            ));
+        }
+    }
+    if !detail.finish_reasons.is_empty() {
+        attributes.push(finish_reasons(detail));
+    }
+    let content = [
+        ("gen_ai.system_instructions", &detail.system_instructions),
+        ("gen_ai.input.messages", &detail.input_messages),
+        ("gen_ai.output.messages", &detail.output_messages),
+    ];
+    for (key, json) in content {
+        if let Some(json) = json {
+            attributes.push(KeyValue::new(key, json.clone()));
+        }
+    }
+}
+
+fn finish_reasons(detail: &SpanDetail) -> KeyValue {
+    let reasons: Vec<StringValue> = detail
+        .finish_reasons
+        .iter()
+        .map(|reason| StringValue::from(reason.clone()))
+        .collect();
+    KeyValue::new(
+        "gen_ai.response.finish_reasons",
+        Value::Array(Array::String(reasons)),
+    )
+}
+
+fn usd(micros: u64) -> f64 {
+    micros as f64 / 1_000_000.0
+}
+
+/// The provider, as the conventions' version names the attribute and its values.
+fn provider_name(kind: ProviderKind, semconv: SemConv) -> KeyValue {
+    let name = match (kind, semconv) {
+        (ProviderKind::OpenAi, _) => "openai",
+        (ProviderKind::Anthropic, _) => "anthropic",
+        (ProviderKind::Gemini, _) => "gcp.gemini",
+        (ProviderKind::Azure, SemConv::V1_37) => "azure.ai.openai",
+        (ProviderKind::Azure, SemConv::V1_36) => "az.ai.openai",
+    };
+    match semconv {
+        SemConv::V1_37 => KeyValue::new("gen_ai.provider.name", name),
+        SemConv::V1_36 => KeyValue::new("gen_ai.system", name),
+    }
+}
+
+/// An attempt's client span: the deployment it went to, and how it ended; the one that
+/// served also what it answered.
 pub fn attempt_attributes(
     record: &RequestRecord,
     attempt: &AttemptRecord,
-    provider: Option<(&'static str, &str)>,
+    provider: Option<(ProviderKind, &str)>,
+    semconv: SemConv,
 ) -> Vec<KeyValue> {
     let mut attributes = vec![
         KeyValue::new("gen_ai.operation.name", record.operation.unwrap_or("chat")),
@@ -82,9 +158,15 @@ pub fn attempt_attributes(
             attempt.failure.map_or("success", |class| class.kind()),
         ),
     ];
-    if let Some((name, host)) = provider {
-        attributes.push(KeyValue::new("gen_ai.provider.name", name));
+    if let Some((kind, host)) = provider {
+        attributes.push(provider_name(kind, semconv));
         attributes.push(KeyValue::new("server.address", host.to_owned()));
+    }
+    let served = attempt.failure.is_none()
+        && record.step == Some(attempt.step)
+        && record.provider.as_ref() == Some(&attempt.provider);
+    if served {
+        served_attributes(record, &mut attributes);
     }
     if let Some(status) = attempt.status {
         attributes.push(KeyValue::new(
@@ -96,4 +178,28 @@ pub fn attempt_attributes(
         attributes.push(KeyValue::new("error.type", class.kind()));
     }
     attributes
+}
+
+/// The serving attempt's answer: its model, usage and finish reasons, which views built on
+/// client spans read there.
+fn served_attributes(record: &RequestRecord, attributes: &mut Vec<KeyValue>) {
+    if let Some(model) = &record.model {
+        attributes.push(KeyValue::new(
+            "gen_ai.response.model",
+            model.as_str().to_owned(),
+        ));
+    }
+    if let Some(tokens) = record.tokens_in {
+        attributes.push(KeyValue::new("gen_ai.usage.input_tokens", tokens as i64));
+    }
+    if let Some(tokens) = record.tokens_out {
+        attributes.push(KeyValue::new("gen_ai.usage.output_tokens", tokens as i64));
+    }
+    if let Some(detail) = record
+        .detail
+        .as_deref()
+        .filter(|d| !d.finish_reasons.is_empty())
+    {
+        attributes.push(finish_reasons(detail));
+    }
 }

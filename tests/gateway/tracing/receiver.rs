@@ -1,45 +1,104 @@
-//! An OTLP/HTTP receiver for the tests: it takes `POST /v1/traces`, decodes each body with
-//! the official protobuf definitions (`opentelemetry-proto`), and keeps both the spans and
-//! the raw bytes, so a test can search everything exported for a secret. It can refuse
-//! (503) on demand, as a collector that is down.
+//! An OTLP receiver for the tests, over HTTP (`POST /v1/traces`) or gRPC (the collector's
+//! `TraceService`, served by tonic): each export is decoded with the official protobuf
+//! definitions (`opentelemetry-proto`), and both the spans and the raw bytes are kept, so a
+//! test can search everything exported for a secret. It can refuse on demand (HTTP 503, gRPC
+//! `UNAVAILABLE`); over HTTP it can also stall (take exports and never answer) and stop (close
+//! its port and every connection), then listen again on the same port.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 #[derive(Default)]
 struct Received {
     spans: Mutex<Vec<Span>>,
     raw: Mutex<Vec<u8>>,
     resource: Mutex<Vec<KeyValue>>,
-    refusing: std::sync::atomic::AtomicBool,
+    refusing: AtomicBool,
+    stalling: AtomicBool,
     count: watch::Sender<usize>,
 }
 
 pub struct Receiver {
     addr: SocketAddr,
     received: Arc<Received>,
+    /// The HTTP receiver's accept loop, which owns its connections.
+    serving: Mutex<Option<AbortHandle>>,
 }
 
 impl Receiver {
     pub async fn start() -> Receiver {
-        let received = Arc::new(Received::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let receiver = Receiver {
+            addr: listener.local_addr().unwrap(),
+            received: Arc::new(Received::default()),
+            serving: Mutex::new(None),
+        };
+        receiver.serve(listener);
+        receiver
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
         let app = axum::Router::new()
             .route("/v1/traces", post(take))
-            .with_state(received.clone());
+            .with_state(self.received.clone());
+        let task = tokio::spawn(accept(listener, app));
+        *self.serving.lock().unwrap() = Some(task.abort_handle());
+    }
+
+    /// Closes the port and every connection: an export is refused at connect.
+    pub fn stop(&self) {
+        if let Some(serving) = self.serving.lock().unwrap().take() {
+            serving.abort();
+        }
+    }
+
+    /// Listens again, on the same port.
+    pub async fn restart(&self) {
+        let listener = tokio::net::TcpListener::bind(self.addr).await.unwrap();
+        self.serve(listener);
+    }
+
+    /// Takes exports and never answers them (`true`), or answers again.
+    pub fn stall(&self, stalling: bool) {
+        self.received.stalling.store(stalling, Ordering::SeqCst);
+    }
+
+    /// A receiver over OTLP/gRPC.
+    pub async fn start_grpc() -> Receiver {
+        let received = Arc::new(Received::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Receiver { addr, received }
+        let service = TraceServiceServer::new(Grpc(received.clone()));
+        let incoming = tokio_stream_of(listener);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+        let serving = Mutex::new(None);
+        Receiver {
+            addr,
+            received,
+            serving,
+        }
     }
 
     /// The base endpoint, as `[otel] endpoint` takes it.
@@ -49,9 +108,7 @@ impl Receiver {
 
     /// Answers every export with a 503 (`true`), or takes them again.
     pub fn refuse(&self, refusing: bool) {
-        self.received
-            .refusing
-            .store(refusing, std::sync::atomic::Ordering::SeqCst);
+        self.received.refusing.store(refusing, Ordering::SeqCst);
     }
 
     /// Resolves once `ready` holds for the count of spans taken.
@@ -73,26 +130,82 @@ impl Receiver {
     }
 }
 
+/// Serves `app` on each connection; aborted, it drops them all, and the port with them.
+async fn accept(listener: tokio::net::TcpListener, app: axum::Router) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        connections.spawn(async move {
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let _ = builder
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+        while connections.try_join_next().is_some() {}
+    }
+}
+
 async fn take(State(received): State<Arc<Received>>, body: Bytes) -> StatusCode {
-    if received.refusing.load(std::sync::atomic::Ordering::SeqCst) {
+    if received.stalling.load(Ordering::SeqCst) {
+        std::future::pending::<()>().await;
+    }
+    if received.refusing.load(Ordering::SeqCst) {
         return StatusCode::SERVICE_UNAVAILABLE;
     }
     let Ok(request) = ExportTraceServiceRequest::decode(body.as_ref()) else {
         return StatusCode::BAD_REQUEST;
     };
-    received.raw.lock().unwrap().extend_from_slice(&body);
-    let mut taken = 0;
-    for resource_spans in request.resource_spans {
-        if let Some(resource) = resource_spans.resource {
-            *received.resource.lock().unwrap() = resource.attributes;
-        }
-        for scope in resource_spans.scope_spans {
-            taken += scope.spans.len();
-            received.spans.lock().unwrap().extend(scope.spans);
-        }
-    }
-    received.count.send_modify(|count| *count += taken);
+    received.keep(request, &body);
     StatusCode::OK
+}
+
+struct Grpc(Arc<Received>);
+
+#[tonic::async_trait]
+impl TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        if self.0.refusing.load(Ordering::SeqCst) {
+            return Err(tonic::Status::unavailable("refusing"));
+        }
+        let request = request.into_inner();
+        // What came over the wire, less gRPC's framing.
+        let raw = request.encode_to_vec();
+        self.0.keep(request, &raw);
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// The listener's connections, as tonic's server takes them.
+fn tokio_stream_of(
+    listener: tokio::net::TcpListener,
+) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures_util::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        Some((accepted, listener))
+    })
+}
+
+impl Received {
+    fn keep(&self, request: ExportTraceServiceRequest, raw: &[u8]) {
+        self.raw.lock().unwrap().extend_from_slice(raw);
+        let mut taken = 0;
+        for resource_spans in request.resource_spans {
+            if let Some(resource) = resource_spans.resource {
+                *self.resource.lock().unwrap() = resource.attributes;
+            }
+            for scope in resource_spans.scope_spans {
+                taken += scope.spans.len();
+                self.spans.lock().unwrap().extend(scope.spans);
+            }
+        }
+        self.count.send_modify(|count| *count += taken);
+    }
 }
 
 /// An attribute's value as text (strings, integers and booleans), if the span has it.
