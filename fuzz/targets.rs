@@ -185,7 +185,7 @@ pub fn request(data: &[u8]) {
         key: None,
         model: "model-x",
     };
-    match providers::adapter(kind).request(&target, &request, stream) {
+    match providers::adapter(kind, "model-x").request(&target, &request, stream) {
         Ok(built) => {
             if let Err(e) = built.uri.parse::<http::Uri>() {
                 panic!("{kind:?} built a bad URI ({e}): {}", built.uri);
@@ -230,7 +230,7 @@ pub fn response(data: &[u8]) {
     let operation = OPERATIONS[(choice / 8) % 2];
     // The client's own request matters to a few decoders (Gemini's embeddings echo it).
     let request = ClientRequest::new(format, operation, Map::new());
-    let adapter = providers::adapter(kind);
+    let adapter = providers::adapter(kind, "model-x");
     if choice / 16 % 2 == 0 {
         if let Some(decoded) = adapter.decode(&request, &Bytes::copy_from_slice(body)) {
             if let Err(e) = json_syntax(&decoded.body) {
@@ -292,7 +292,7 @@ pub fn stream(data: &[u8]) {
             ClientFormat::OpenAi
         ) | (ProviderKind::Anthropic, ClientFormat::Anthropic)
     );
-    let mut translator = providers::adapter(kind).stream(&request);
+    let mut translator = providers::adapter(kind, "model-x").stream(&request);
     let check = |frames: &[Bytes]| {
         if !native {
             frames.iter().for_each(assert_sse_frame);

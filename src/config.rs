@@ -384,6 +384,9 @@ pub enum ProviderKind {
     Gemini,
     /// Azure OpenAI: OpenAI's format at deployment URLs.
     Azure,
+    /// Google Cloud's Vertex AI: Gemini models in Gemini's format, Anthropic's in Anthropic's,
+    /// with Google auth.
+    Vertex,
 }
 
 impl ProviderKind {
@@ -394,8 +397,29 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
+            ProviderKind::Vertex => "vertex",
         }
     }
+}
+
+/// Where a `kind = "vertex"` provider's models live, and how it proves who it is.
+#[derive(Clone, Debug)]
+pub struct VertexSettings {
+    pub project: String,
+    /// A region (`us-east5`) or `global`.
+    pub location: String,
+    pub credentials: GoogleCredentials,
+}
+
+/// The Google identity a Vertex provider's access tokens are made for.
+#[derive(Clone, Debug)]
+pub enum GoogleCredentials {
+    /// A service account's JSON key (from `credentials_file` or `credentials_env`), read at
+    /// load: a secret.
+    ServiceAccount(crate::secret::Secret),
+    /// Application Default Credentials: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's, then the
+    /// metadata server (workload identity).
+    Default,
 }
 
 #[derive(Clone, Debug)]
@@ -423,6 +447,8 @@ pub struct Provider {
     pub health_check: Option<HealthCheck>,
     /// Client headers sent on to it as they came: its own list, else the server's.
     pub forward_headers: Vec<http::HeaderName>,
+    /// vertex: its project, location and credentials.
+    pub vertex: Option<Arc<VertexSettings>>,
 }
 
 /// `health_check = { every }` on a provider.

@@ -20,6 +20,7 @@
 
 mod answer;
 mod behavior;
+mod google;
 mod responses;
 mod server;
 
@@ -34,6 +35,7 @@ pub struct FakeUpstream {
     script: Script,
     required_key: Option<String>,
     http2_max_streams: Option<u32>,
+    google: Option<google::GoogleIssuer>,
 }
 
 impl FakeUpstream {
@@ -44,6 +46,7 @@ impl FakeUpstream {
             script: Script::default(),
             required_key: None,
             http2_max_streams: None,
+            google: None,
         }
     }
 
@@ -72,6 +75,18 @@ impl FakeUpstream {
         self
     }
 
+    /// Google auth, as Vertex has it: `POST /token` grants a token for a JWT assertion whose
+    /// RS256 signature verifies with `public_key` (PKCS#1 `RSAPublicKey` DER), valid for
+    /// `lifetime`; every other request must carry one, unexpired, or is answered 401.
+    pub fn google_auth(
+        mut self,
+        public_key: Vec<u8>,
+        lifetime: std::time::Duration,
+    ) -> FakeUpstream {
+        self.google = Some(google::GoogleIssuer::new(public_key, lifetime));
+        self
+    }
+
     /// Allows an HTTP/2 client at most `streams` streams at once on a connection (its
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`; hyper's default is 200).
     pub fn http2_max_streams(mut self, streams: u32) -> FakeUpstream {
@@ -93,6 +108,7 @@ impl FakeUpstream {
             self.script,
             self.required_key,
             self.http2_max_streams,
+            self.google,
         ))
     }
 }

@@ -137,6 +137,13 @@ enum Command {
         /// Answer 401 unless requests carry this key.
         #[arg(long)]
         require_key: Option<String>,
+        /// Google auth, as Vertex has it: `POST /token` grants tokens for JWTs signed by the
+        /// key whose public half (PKCS#1 DER, in base64) is in FILE; other requests need one.
+        #[arg(long, value_name = "FILE")]
+        google_public_key: Option<PathBuf>,
+        /// How long the Google tokens it grants last, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        google_token_seconds: u64,
     },
 }
 
@@ -392,6 +399,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             name,
             script,
             require_key,
+            google_public_key,
+            google_token_seconds,
         } => {
             let script = match script {
                 Some(script) => parse_script(&script)?,
@@ -400,6 +409,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let mut fake = FakeUpstream::new(&name).script(script);
             if let Some(key) = require_key {
                 fake = fake.require_key(&key);
+            }
+            if let Some(path) = google_public_key {
+                use base64::Engine;
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let der = base64::engine::general_purpose::STANDARD
+                    .decode(text.trim())
+                    .context("the Google public key is not base64")?;
+                let lifetime = std::time::Duration::from_secs(google_token_seconds);
+                fake = fake.google_auth(der, lifetime);
             }
             let fake = fake.start_on(listen).await?;
             println!("fake upstream `{name}` on {}", fake.base_url());

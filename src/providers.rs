@@ -18,6 +18,7 @@ pub mod outbound;
 pub mod responses;
 pub mod sse;
 pub mod stream;
+pub mod vertex;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -159,25 +160,27 @@ pub(crate) fn only_for(operation: Operation) -> Rejection {
     Rejection::new("model", message)
 }
 
-/// The adapter for a provider kind.
-pub fn adapter(kind: ProviderKind) -> &'static dyn Adapter {
+/// The adapter for a provider kind at `model`: a Vertex provider's depends on the model's
+/// publisher.
+pub fn adapter(kind: ProviderKind, model: &str) -> &'static dyn Adapter {
     match kind {
         ProviderKind::OpenAi => &openai::OpenAiAdapter,
         ProviderKind::Anthropic => &anthropic::AnthropicAdapter,
         ProviderKind::Gemini => &gemini::GeminiAdapter,
         ProviderKind::Azure => &azure::AzureAdapter,
+        ProviderKind::Vertex => vertex::adapter_for(model),
     }
 }
 
-/// The adapter for `request` at `provider`: a Responses request has its own, which speaks
-/// the Responses API or translates through the kind's chat adapter.
-pub fn adapter_for(provider: &Provider, operation: Operation) -> &'static dyn Adapter {
+/// The adapter for `request` at `provider`'s `model`: a Responses request has its own, which
+/// speaks the Responses API or translates through the kind's chat adapter.
+pub fn adapter_for(provider: &Provider, model: &str, operation: Operation) -> &'static dyn Adapter {
     match operation {
-        Operation::Responses => responses::adapter_for(provider),
+        Operation::Responses => responses::adapter_for(provider, model),
         Operation::Chat
         | Operation::Embeddings
         | Operation::CountTokens
-        | Operation::Completions => adapter(provider.kind),
+        | Operation::Completions => adapter(provider.kind, model),
     }
 }
 
@@ -193,7 +196,7 @@ pub fn check_model_name(kind: ProviderKind, model: &str) -> Result<(), &'static 
     let in_path = match kind {
         ProviderKind::OpenAi | ProviderKind::Anthropic => return Ok(()),
         ProviderKind::Gemini => model.strip_prefix("models/").unwrap_or(model),
-        ProviderKind::Azure => model,
+        ProviderKind::Azure | ProviderKind::Vertex => model,
     };
     if in_path.contains(['/', '\\', '?', '#']) {
         return Err("the model name may not contain `/`, `\\`, `?` or `#` for this provider");

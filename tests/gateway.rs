@@ -62,5 +62,6 @@ mod gateway {
     mod tracing;
     mod translation;
     mod upstream_pool;
+    mod vertex;
     mod virtual_keys;
 }

@@ -250,6 +250,13 @@ pub struct RawProvider {
     pub health_check: Option<RawHealthCheck>,
     /// Client headers sent on to it as they came (default: `[server] forward_headers`).
     pub forward_headers: Option<Vec<String>>,
+    /// vertex: the Google Cloud project and location (a region, or `global`).
+    pub project: Option<String>,
+    pub location: Option<String>,
+    /// vertex: a service account's JSON key, in a file or in an environment variable
+    /// (default: Application Default Credentials).
+    pub credentials_file: Option<String>,
+    pub credentials_env: Option<String>,
 }
 
 /// `health_check = { every = "10s" }`.

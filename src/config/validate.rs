@@ -15,6 +15,7 @@ mod retry_budget;
 mod server;
 mod steps;
 mod telemetry;
+mod vertex;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -339,10 +340,13 @@ fn providers(
             "anthropic" => ProviderKind::Anthropic,
             "gemini" => ProviderKind::Gemini,
             "azure" => ProviderKind::Azure,
+            "vertex" => ProviderKind::Vertex,
             other => {
                 errors.add(
                     format!("providers[{i}].kind"),
-                    format!("`{other}` is not one of `openai`, `anthropic`, `gemini`, `azure`"),
+                    format!(
+                        "`{other}` is not one of `openai`, `anthropic`, `gemini`, `azure`, `vertex`"
+                    ),
                 );
                 errors.invalid_providers.insert(p.name);
                 continue;
@@ -375,6 +379,26 @@ fn providers(
             p.api_version.is_some(),
             ProviderKind::Azure,
         );
+        let vertex_fields = [
+            ("project", p.project.is_some()),
+            ("location", p.location.is_some()),
+            ("credentials_file", p.credentials_file.is_some()),
+            ("credentials_env", p.credentials_env.is_some()),
+        ];
+        for (field, set) in vertex_fields {
+            only_for(errors, field, set, ProviderKind::Vertex);
+        }
+        let vertex = match kind {
+            ProviderKind::Vertex => {
+                let env = |name: &str| std::env::var(name).ok();
+                let Some(settings) = vertex::settings(errors, i, &p, &env) else {
+                    errors.invalid_providers.insert(p.name);
+                    continue;
+                };
+                Some(settings)
+            }
+            _ => None,
+        };
         if p.default_max_tokens == Some(0) {
             errors.add(
                 format!("providers[{i}].default_max_tokens"),
@@ -389,9 +413,13 @@ fn providers(
                 errors.add(format!("providers[{i}].{field}"), "must not be empty");
             }
         }
-        let base_url = match (p.base_url, default_base_url(kind)) {
+        let kind_default = match &vertex {
+            Some(settings) => Some(vertex::default_base_url(&settings.location)),
+            None => default_base_url(kind).map(str::to_owned),
+        };
+        let base_url = match (p.base_url, kind_default) {
             (Some(url), _) => url,
-            (None, Some(url)) => url.to_owned(),
+            (None, Some(url)) => url,
             (None, None) => {
                 errors.add(
                     format!("providers[{i}].base_url"),
@@ -451,7 +479,8 @@ fn providers(
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
             base_url: base_url.trim_end_matches('/').to_string(),
-            key_required: p.key_required.unwrap_or(true),
+            // Vertex proves who it is with Google's access tokens, not a stored key.
+            key_required: p.key_required.unwrap_or(kind != ProviderKind::Vertex),
             api_key_env: p.api_key_env,
             default_max_tokens: p.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             anthropic_version: p
@@ -470,6 +499,7 @@ fn providers(
                 }
                 None => forward_by_default.to_vec(),
             },
+            vertex,
         });
     }
     providers
@@ -487,7 +517,7 @@ fn default_base_url(kind: ProviderKind) -> Option<&'static str> {
         ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
         ProviderKind::Anthropic => Some("https://api.anthropic.com"),
         ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com"),
-        ProviderKind::Azure => None,
+        ProviderKind::Azure | ProviderKind::Vertex => None,
     }
 }
 

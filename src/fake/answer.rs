@@ -60,6 +60,13 @@ pub fn route(path: &str) -> Option<Route> {
             path_stream: false,
         });
     }
+    // Vertex's Anthropic models, in Anthropic's format.
+    if path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict") {
+        return Some(Route::Chat {
+            shape: Shape::Anthropic,
+            path_stream: path.ends_with(":streamRawPredict"),
+        });
+    }
     if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
         return Some(Route::Chat {
             shape: Shape::Gemini,
@@ -148,6 +155,8 @@ impl Completion {
         let prompt_tokens = prompt.map(|m| m.to_string().len() as u64 / 4).unwrap_or(0);
         let model = match shape {
             Shape::Gemini => path_model(path).map(str::to_owned),
+            // Vertex names an Anthropic model in the path, not the body.
+            Shape::Anthropic if path.ends_with("Predict") => path_model(path).map(str::to_owned),
             _ => request
                 .get("model")
                 .and_then(Value::as_str)

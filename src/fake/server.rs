@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use super::answer::{self, Completion, Route, Shape};
 use super::behavior::{Behavior, Script};
+use super::google::GoogleIssuer;
 
 type FakeBody = BoxBody<Bytes, std::io::Error>;
 
@@ -77,6 +78,8 @@ struct FakeState {
     stats: watch::Sender<FakeStats>,
     /// The only key accepted, when set.
     required_key: Option<String>,
+    /// Google auth for Vertex paths, when set: the token endpoint and the tokens it issued.
+    google: Option<GoogleIssuer>,
     /// Whether answers may go out; while closed ([`FakeHandle::hold`]) every request, once
     /// counted, waits until it opens.
     gate: watch::Sender<bool>,
@@ -133,6 +136,18 @@ impl FakeHandle {
     /// The `base_url` for the other kinds (anthropic, gemini, azure): `http://addr`.
     pub fn root_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Requests to the Google token endpoint so far (0 without Google auth).
+    pub fn token_requests(&self) -> usize {
+        self.state.google.as_ref().map_or(0, GoogleIssuer::requests)
+    }
+
+    /// Revokes every Google token issued so far: requests carrying one get a 401.
+    pub fn revoke_tokens(&self) {
+        if let Some(google) = &self.state.google {
+            google.revoke();
+        }
     }
 
     /// Chat requests received so far.
@@ -194,6 +209,7 @@ pub fn spawn(
     script: Script,
     required_key: Option<String>,
     http2_max_streams: Option<u32>,
+    google: Option<GoogleIssuer>,
 ) -> FakeHandle {
     // Binding succeeded, so the local address is known.
     let addr = listener
@@ -205,6 +221,7 @@ pub fn spawn(
         recorded: Mutex::new(Vec::new()),
         stats: watch::Sender::new(FakeStats::default()),
         required_key,
+        google,
         gate: watch::Sender::new(true),
     });
     let accept_state = state.clone();
@@ -275,6 +292,10 @@ async fn handle(
     if let Some(control) = path.strip_prefix("/_fake/") {
         return Ok(control_request(&state, &parts.method, control, &body));
     }
+    if let (Some(google), true) = (&state.google, path.ends_with("/token")) {
+        let (status, answer) = google.token(&body);
+        return Ok(json_response(status, &answer));
+    }
     let Some(route) = answer::route(&path) else {
         return Ok(json_response(404, &answer::error_body(Shape::OpenAi, 404)));
     };
@@ -307,6 +328,18 @@ async fn handle(
             let body = serde_json::json!({"error": {
                 "message": format!("Incorrect API key provided: {}", offered.unwrap_or_default()),
                 "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
+            return Ok(json_response(401, &body.to_string()));
+        }
+    }
+    if let Some(google) = &state.google {
+        let authorization = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if !google.authorized(authorization) {
+            state.next_behavior();
+            let body = serde_json::json!({"error": {"code": 401, "status": "UNAUTHENTICATED",
+                "message": "Request had invalid authentication credentials."}});
             return Ok(json_response(401, &body.to_string()));
         }
     }

@@ -21,14 +21,13 @@ use super::gemini::decode::GeminiSource;
 use super::stream::{ChunkSource, StreamState, StreamTranslator, Translating};
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,
-    adapter,
 };
 use crate::config::{Provider, ProviderKind};
 use crate::providers::sse::SseEvent;
 use request::Effort;
 
-/// The adapter for a Responses request at `provider`.
-pub fn adapter_for(provider: &Provider) -> &'static dyn Adapter {
+/// The adapter for a Responses request at `provider`'s `model`.
+pub fn adapter_for(provider: &Provider, model: &str) -> &'static dyn Adapter {
     if provider.responses {
         return &PassthroughAdapter;
     }
@@ -37,6 +36,10 @@ pub fn adapter_for(provider: &Provider) -> &'static dyn Adapter {
         ProviderKind::Anthropic => &OVER_ANTHROPIC,
         ProviderKind::Gemini => &OVER_GEMINI,
         ProviderKind::Azure => &OVER_AZURE,
+        ProviderKind::Vertex => match super::vertex::publisher(model) {
+            "anthropic" => &OVER_VERTEX_ANTHROPIC,
+            _ => &OVER_VERTEX_GEMINI,
+        },
     }
 }
 
@@ -79,20 +82,37 @@ impl Adapter for PassthroughAdapter {
     }
 }
 
-/// A step that does not speak the Responses API: its kind's chat adapter, translated.
-pub struct OverChat(ProviderKind);
+/// A step that does not speak the Responses API: its chat adapter, translated. `family` is
+/// the wire format that adapter speaks (a Vertex step speaks Gemini's or Anthropic's).
+pub struct OverChat {
+    chat: &'static dyn Adapter,
+    family: ProviderKind,
+}
 
-static OVER_OPENAI: OverChat = OverChat(ProviderKind::OpenAi);
-static OVER_ANTHROPIC: OverChat = OverChat(ProviderKind::Anthropic);
-static OVER_GEMINI: OverChat = OverChat(ProviderKind::Gemini);
-static OVER_AZURE: OverChat = OverChat(ProviderKind::Azure);
+impl OverChat {
+    const fn of(chat: &'static dyn Adapter, family: ProviderKind) -> OverChat {
+        OverChat { chat, family }
+    }
+}
+
+static OVER_OPENAI: OverChat = OverChat::of(&super::openai::OpenAiAdapter, ProviderKind::OpenAi);
+static OVER_ANTHROPIC: OverChat =
+    OverChat::of(&super::anthropic::AnthropicAdapter, ProviderKind::Anthropic);
+static OVER_GEMINI: OverChat = OverChat::of(&super::gemini::GeminiAdapter, ProviderKind::Gemini);
+static OVER_AZURE: OverChat = OverChat::of(&super::azure::AzureAdapter, ProviderKind::Azure);
+static OVER_VERTEX_GEMINI: OverChat =
+    OverChat::of(&super::vertex::VertexGemini, ProviderKind::Gemini);
+static OVER_VERTEX_ANTHROPIC: OverChat =
+    OverChat::of(&super::vertex::VertexAnthropic, ProviderKind::Anthropic);
 
 impl OverChat {
     fn effort(&self) -> Effort {
-        match self.0 {
+        match self.family {
             ProviderKind::OpenAi | ProviderKind::Azure => Effort::Carried,
             // Their chat translations have no counterpart for `reasoning_effort`.
-            ProviderKind::Anthropic | ProviderKind::Gemini => Effort::Refused,
+            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Vertex => {
+                Effort::Refused
+            }
         }
     }
 
@@ -114,10 +134,10 @@ impl OverChat {
     }
 
     fn source(&self) -> Box<dyn ChunkSource> {
-        match self.0 {
+        match self.family {
             ProviderKind::OpenAi | ProviderKind::Azure => Box::new(OpenAiSource::default()),
             ProviderKind::Anthropic => Box::new(AnthropicSource::default()),
-            ProviderKind::Gemini => Box::new(GeminiSource::default()),
+            ProviderKind::Gemini | ProviderKind::Vertex => Box::new(GeminiSource::default()),
         }
     }
 }
@@ -130,7 +150,7 @@ impl Adapter for OverChat {
         stream: bool,
     ) -> Result<UpstreamRequest, Rejection> {
         let chat = self.chat(request)?;
-        adapter(self.0)
+        self.chat
             .request(target, &chat, stream)
             .map_err(|rejection| Rejection {
                 message: rejection.message,
@@ -140,7 +160,7 @@ impl Adapter for OverChat {
 
     fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         let chat = self.chat_or_empty(request);
-        let decoded = adapter(self.0).decode(&chat, body)?;
+        let decoded = self.chat.decode(&chat, body)?;
         let completion: Value = serde_json::from_slice(&decoded.body).ok()?;
         let response = object::from_chat(&object::Echo::of(&request.body), &completion)?;
         Some(Decoded {
@@ -155,7 +175,8 @@ impl Adapter for OverChat {
         status: StatusCode,
         body: &[u8],
     ) -> Option<Bytes> {
-        adapter(self.0).error_body(&self.chat_or_empty(request), status, body)
+        self.chat
+            .error_body(&self.chat_or_empty(request), status, body)
     }
 
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {

@@ -78,7 +78,30 @@ impl Attempter for JsonAttempter<'_> {
         attempt_timeout: Duration,
         span: SpanId,
     ) -> Attempt<JsonReply> {
-        let adapter = providers::adapter_for(provider, self.request.operation);
+        if provider.vertex.is_some() {
+            // Boxed: only Vertex steps wait for a token, and inline it made every attempt's
+            // future larger.
+            let lease = match Box::pin(google_token(self.client, provider, attempt_timeout)).await {
+                Ok(lease) => lease,
+                Err(class) => return failed(class),
+            };
+            let sent = Box::pin(self.send(step, provider, Some(&lease), attempt_timeout, span));
+            return after_google_token(self.client, provider, &lease, sent.await);
+        }
+        self.send(step, provider, key, attempt_timeout, span).await
+    }
+}
+
+impl JsonAttempter<'_> {
+    async fn send(
+        &self,
+        step: &Deployment,
+        provider: &Provider,
+        key: Option<&KeyLease>,
+        attempt_timeout: Duration,
+        span: SpanId,
+    ) -> Attempt<JsonReply> {
+        let adapter = providers::adapter_for(provider, step.model.as_str(), self.request.operation);
         let target = Target {
             provider,
             key,
@@ -281,7 +304,29 @@ impl Attempter for StreamAttempter<'_> {
         attempt_timeout: Duration,
         span: SpanId,
     ) -> Attempt<CommittedStream> {
-        let adapter = providers::adapter_for(provider, self.request.operation);
+        if provider.vertex.is_some() {
+            // Boxed, as for a whole answer.
+            let lease = match Box::pin(google_token(self.client, provider, attempt_timeout)).await {
+                Ok(lease) => lease,
+                Err(class) => return failed(class),
+            };
+            let sent = Box::pin(self.send(step, provider, Some(&lease), attempt_timeout, span));
+            return after_google_token(self.client, provider, &lease, sent.await);
+        }
+        self.send(step, provider, key, attempt_timeout, span).await
+    }
+}
+
+impl StreamAttempter<'_> {
+    async fn send(
+        &self,
+        step: &Deployment,
+        provider: &Provider,
+        key: Option<&KeyLease>,
+        attempt_timeout: Duration,
+        span: SpanId,
+    ) -> Attempt<CommittedStream> {
+        let adapter = providers::adapter_for(provider, step.model.as_str(), self.request.operation);
         let target = Target {
             provider,
             key,
@@ -386,6 +431,41 @@ async fn first_event(
             }
         };
     }
+}
+
+/// A Vertex provider's access token, as the attempt's key: within the attempt's time, or the
+/// step has no usable key.
+async fn google_token(
+    client: &UpstreamClient,
+    provider: &Provider,
+    attempt_timeout: Duration,
+) -> Result<KeyLease, FailureClass> {
+    match timeout(attempt_timeout, client.google.lease(provider)).await {
+        Ok(Ok(lease)) => Ok(lease),
+        Ok(Err(error)) => {
+            tracing::warn!(provider = %provider.id.as_str(), %error, "Vertex step skipped");
+            Err(FailureClass::NoKey)
+        }
+        Err(_) => Err(FailureClass::Timeout),
+    }
+}
+
+/// A token the provider refused (401, 403) is dropped, so the next attempt gets a fresh one
+/// rather than the same refusal until it expires.
+fn after_google_token<T>(
+    client: &UpstreamClient,
+    provider: &Provider,
+    lease: &KeyLease,
+    attempt: Attempt<T>,
+) -> Attempt<T> {
+    if let Attempt::Failed(Failure {
+        class: FailureClass::Auth,
+        ..
+    }) = &attempt
+    {
+        client.google.refused(provider, lease);
+    }
+    attempt
 }
 
 fn failed<T>(class: FailureClass) -> Attempt<T> {

@@ -2,7 +2,8 @@
 
 Two OpenAI-shaped fakes back the `smart` route (the first also speaks the Responses API;
 `smart-claude` has it before the Anthropic-shaped fake); one fake per provider kind (openai,
-anthropic, gemini, azure) backs a one-step route `via-KIND`; `limited` is a deployment of
+anthropic, gemini, azure, and Vertex with a Gemini model and with a Claude one, behind Google
+auth with the test service account) backs a one-step route `via-KIND`; `limited` is a deployment of
 its own on the anthropic fake, for rate limits that must not bench `via-anthropic`; `cross`
 is an Anthropic primary before an OpenAI secondary; `degraded` (a degraded tier) and `passthrough` (the
 Responses API on primary) have deployments of their own. Each test scripts the fakes over HTTP
@@ -59,11 +60,14 @@ def start(args, ready_text, stream_name):
             return process
 
 
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
 class Fake:
-    def __init__(self, name):
+    def __init__(self, name, *args):
         self.port = free_port()
         self.process = start(
-            ["fake-upstream", "--listen", f"127.0.0.1:{self.port}", "--name", name],
+            ["fake-upstream", "--listen", f"127.0.0.1:{self.port}", "--name", name, *args],
             "fake upstream",
             "stdout",
         )
@@ -169,6 +173,30 @@ name = "via-azure"
 steps = [{{ provider = "azure", model = "gpt-4o-deployment" }}]
 
 [[providers]]
+name = "vertex"
+kind = "vertex"
+base_url = "{vertex}"
+project = "switchyard-test"
+location = "us-east5"
+credentials_file = "{vertex_key}"
+
+[[providers]]
+name = "vertex-claude"
+kind = "vertex"
+base_url = "{vertex_claude}"
+project = "switchyard-test"
+location = "global"
+credentials_file = "{vertex_claude_key}"
+
+[[routes]]
+name = "via-vertex"
+steps = [{{ provider = "vertex", model = "gemini-2.5-flash" }}]
+
+[[routes]]
+name = "via-vertex-claude"
+steps = [{{ provider = "vertex-claude", model = "claude-sonnet-4@20250514" }}]
+
+[[providers]]
 name = "limited"
 kind = "anthropic"
 base_url = "{anthropic}"
@@ -217,13 +245,26 @@ steps = [
 ]
 """
 
-KINDS = ("openai", "anthropic", "gemini", "azure")
+KINDS = ("openai", "anthropic", "gemini", "azure", "vertex", "vertex-claude")
+VERTEX = ("vertex", "vertex-claude")
+
+
+def vertex_key(fake):
+    """The test service account's key file, its token_uri at `fake`."""
+    key = json.loads((FIXTURES / "vertex-service-account.json").read_text())
+    key["token_uri"] = f"{fake.root_url}/token"
+    file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(key, file)
+    file.close()
+    return file.name
 
 
 @pytest.fixture(scope="session")
 def stack():
     primary, secondary = Fake("primary"), Fake("secondary")
-    kinds = {kind: Fake(kind) for kind in KINDS}
+    google = ["--google-public-key", str(FIXTURES / "vertex-public-key.b64")]
+    kinds = {kind: Fake(kind, *(google if kind in VERTEX else [])) for kind in KINDS}
+    keys = {kind: vertex_key(kinds[kind]) for kind in VERTEX}
     port = free_port()
     config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     config.write(
@@ -235,6 +276,10 @@ def stack():
             anthropic=kinds["anthropic"].root_url,
             gemini=kinds["gemini"].root_url,
             azure=kinds["azure"].root_url,
+            vertex=kinds["vertex"].root_url,
+            vertex_key=keys["vertex"],
+            vertex_claude=kinds["vertex-claude"].root_url,
+            vertex_claude_key=keys["vertex-claude"],
         )
     )
     config.close()
@@ -251,6 +296,8 @@ def stack():
         process.terminate()
         process.wait(timeout=10)
     os.unlink(config.name)
+    for key in keys.values():
+        os.unlink(key)
 
 
 @pytest.fixture

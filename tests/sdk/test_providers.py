@@ -1,6 +1,6 @@
 """The official openai and anthropic SDKs against every provider kind, through the gateway.
 
-For each kind (openai, anthropic, gemini, azure), each SDK gets a whole answer, a stream,
+For each kind (openai, anthropic, gemini, azure, and Vertex with a Gemini and a Claude model), each SDK gets a whole answer, a stream,
 a tool-call round trip, and an upstream error raised as its own exception with the status.
 """
 

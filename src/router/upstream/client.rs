@@ -84,6 +84,8 @@ const TCP_KEEPALIVE_RETRIES: u32 = 3;
 pub struct UpstreamClient {
     /// What each thread's pool connects with; its address is the client's identity.
     connector: Arc<Connectors>,
+    /// Vertex providers' access tokens.
+    pub google: Arc<crate::providers::vertex::auth::GoogleTokens>,
 }
 
 type Connector = HttpsConnector<HttpConnector>;
@@ -180,6 +182,7 @@ impl UpstreamClient {
         };
         Ok(UpstreamClient {
             connector: Arc::new(connectors),
+            google: Default::default(),
         })
     }
 

@@ -130,6 +130,7 @@ fn provider_name(kind: ProviderKind, semconv: SemConv) -> KeyValue {
         (ProviderKind::OpenAi, _) => "openai",
         (ProviderKind::Anthropic, _) => "anthropic",
         (ProviderKind::Gemini, _) => "gcp.gemini",
+        (ProviderKind::Vertex, _) => "gcp.vertex_ai",
         (ProviderKind::Azure, SemConv::V1_37) => "azure.ai.openai",
         (ProviderKind::Azure, SemConv::V1_36) => "az.ai.openai",
     };
