@@ -82,28 +82,37 @@ impl Adapter for PassthroughAdapter {
     }
 }
 
-/// A step that does not speak the Responses API: its chat adapter, translated. `family` is
-/// the wire format that adapter speaks (a Vertex step speaks Gemini's or Anthropic's).
+/// A step that does not speak the Responses API: its kind's chat adapter, translated.
+/// `family` is the wire format that adapter speaks (a Vertex step speaks Gemini's or
+/// Anthropic's).
 pub struct OverChat {
-    chat: &'static dyn Adapter,
+    kind: ProviderKind,
     family: ProviderKind,
 }
 
+static OVER_OPENAI: OverChat = OverChat::of(ProviderKind::OpenAi, ProviderKind::OpenAi);
+static OVER_ANTHROPIC: OverChat = OverChat::of(ProviderKind::Anthropic, ProviderKind::Anthropic);
+static OVER_GEMINI: OverChat = OverChat::of(ProviderKind::Gemini, ProviderKind::Gemini);
+static OVER_AZURE: OverChat = OverChat::of(ProviderKind::Azure, ProviderKind::Azure);
+static OVER_VERTEX_GEMINI: OverChat = OverChat::of(ProviderKind::Vertex, ProviderKind::Gemini);
+static OVER_VERTEX_ANTHROPIC: OverChat =
+    OverChat::of(ProviderKind::Vertex, ProviderKind::Anthropic);
+
 impl OverChat {
-    const fn of(chat: &'static dyn Adapter, family: ProviderKind) -> OverChat {
-        OverChat { chat, family }
+    const fn of(kind: ProviderKind, family: ProviderKind) -> OverChat {
+        OverChat { kind, family }
+    }
+
+    /// The kind's chat adapter for this family (a Vertex step's depends on its model's
+    /// publisher, which a model name of the family picks).
+    fn chat_adapter(&self) -> &'static dyn Adapter {
+        let model = match self.family {
+            ProviderKind::Anthropic => "claude",
+            _ => "",
+        };
+        super::adapter(self.kind, model)
     }
 }
-
-static OVER_OPENAI: OverChat = OverChat::of(&super::openai::OpenAiAdapter, ProviderKind::OpenAi);
-static OVER_ANTHROPIC: OverChat =
-    OverChat::of(&super::anthropic::AnthropicAdapter, ProviderKind::Anthropic);
-static OVER_GEMINI: OverChat = OverChat::of(&super::gemini::GeminiAdapter, ProviderKind::Gemini);
-static OVER_AZURE: OverChat = OverChat::of(&super::azure::AzureAdapter, ProviderKind::Azure);
-static OVER_VERTEX_GEMINI: OverChat =
-    OverChat::of(&super::vertex::VertexGemini, ProviderKind::Gemini);
-static OVER_VERTEX_ANTHROPIC: OverChat =
-    OverChat::of(&super::vertex::VertexAnthropic, ProviderKind::Anthropic);
 
 impl OverChat {
     fn effort(&self) -> Effort {
@@ -150,7 +159,7 @@ impl Adapter for OverChat {
         stream: bool,
     ) -> Result<UpstreamRequest, Rejection> {
         let chat = self.chat(request)?;
-        self.chat
+        self.chat_adapter()
             .request(target, &chat, stream)
             .map_err(|rejection| Rejection {
                 message: rejection.message,
@@ -160,7 +169,7 @@ impl Adapter for OverChat {
 
     fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
         let chat = self.chat_or_empty(request);
-        let decoded = self.chat.decode(&chat, body)?;
+        let decoded = self.chat_adapter().decode(&chat, body)?;
         let completion: Value = serde_json::from_slice(&decoded.body).ok()?;
         let response = object::from_chat(&object::Echo::of(&request.body), &completion)?;
         Some(Decoded {
@@ -175,7 +184,7 @@ impl Adapter for OverChat {
         status: StatusCode,
         body: &[u8],
     ) -> Option<Bytes> {
-        self.chat
+        self.chat_adapter()
             .error_body(&self.chat_or_empty(request), status, body)
     }
 

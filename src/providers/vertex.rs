@@ -27,13 +27,26 @@ use super::{Adapter, ClientRequest, Decoded, Operation, Rejection, Target, Upstr
 /// What Vertex's Anthropic models take in the body, in place of the `anthropic-version` header.
 pub const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
-/// A Gemini model on Vertex.
-pub struct VertexGemini;
-/// An Anthropic model on Vertex.
-pub struct VertexAnthropic;
+/// A model family at Vertex: its own adapter, the methods Vertex names for it (whole,
+/// streamed), and what its request changes there.
+pub struct OnVertex {
+    family: &'static dyn Adapter,
+    methods: (&'static str, &'static str),
+    rewrite: fn(&mut UpstreamRequest) -> Result<(), Rejection>,
+}
 
-static GEMINI: VertexGemini = VertexGemini;
-static ANTHROPIC: VertexAnthropic = VertexAnthropic;
+static GEMINI: OnVertex = OnVertex {
+    family: &GeminiAdapter,
+    methods: ("generateContent", "streamGenerateContent?alt=sse"),
+    // Gemini's body as it is.
+    rewrite: |_| Ok(()),
+};
+
+static ANTHROPIC: OnVertex = OnVertex {
+    family: &AnthropicAdapter,
+    methods: ("rawPredict", "streamRawPredict"),
+    rewrite: anthropic_on_vertex,
+};
 
 /// The adapter for a Vertex model: Anthropic's for Claude models, Gemini's for the rest.
 pub fn adapter_for(model: &str) -> &'static dyn Adapter {
@@ -98,44 +111,21 @@ fn refused(operation: Operation) -> Result<UpstreamRequest, Rejection> {
     Err(Rejection::new("model", message))
 }
 
-impl Adapter for VertexGemini {
-    fn request(
-        &self,
-        target: &Target<'_>,
-        request: &ClientRequest,
-        stream: bool,
-    ) -> Result<UpstreamRequest, Rejection> {
-        if !matches!(request.operation, Operation::Chat | Operation::Responses) {
-            return refused(request.operation);
-        }
-        let mut built = GeminiAdapter.request(&keyless(target), request, stream)?;
-        let method = match stream {
-            true => "streamGenerateContent?alt=sse",
-            false => "generateContent",
-        };
-        built.uri = url(target, method)?;
-        Ok(with_token(built, target))
-    }
-
-    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
-        GeminiAdapter.decode(request, body)
-    }
-
-    fn error_body(
-        &self,
-        request: &ClientRequest,
-        status: StatusCode,
-        body: &[u8],
-    ) -> Option<Bytes> {
-        GeminiAdapter.error_body(request, status, body)
-    }
-
-    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
-        GeminiAdapter.stream(request)
-    }
+/// Anthropic's Messages body as Vertex takes it: the model named by the path, not the body,
+/// and the API version in the body, not a header.
+fn anthropic_on_vertex(built: &mut UpstreamRequest) -> Result<(), Rejection> {
+    let mut body: Map<String, Value> = serde_json::from_slice(&built.body.to_bytes())
+        .map_err(|_| Rejection::new("messages", "the request could not be re-encoded"))?;
+    body.remove("model");
+    body.insert("anthropic_version".into(), ANTHROPIC_VERSION.into());
+    built.body = super::to_bytes(&body).into();
+    built
+        .headers
+        .remove(HeaderName::from_static("anthropic-version"));
+    Ok(())
 }
 
-impl Adapter for VertexAnthropic {
+impl Adapter for OnVertex {
     fn request(
         &self,
         target: &Target<'_>,
@@ -145,26 +135,19 @@ impl Adapter for VertexAnthropic {
         if !matches!(request.operation, Operation::Chat | Operation::Responses) {
             return refused(request.operation);
         }
-        let mut built = AnthropicAdapter.request(&keyless(target), request, stream)?;
-        // Vertex names the model in the path and the API version in the body.
-        let mut body: Map<String, Value> = serde_json::from_slice(&built.body.to_bytes())
-            .map_err(|_| Rejection::new("messages", "the request could not be re-encoded"))?;
-        body.remove("model");
-        body.insert("anthropic_version".into(), ANTHROPIC_VERSION.into());
-        built.body = super::to_bytes(&body).into();
-        built
-            .headers
-            .remove(HeaderName::from_static("anthropic-version"));
-        let method = match stream {
-            true => "streamRawPredict",
-            false => "rawPredict",
+        let mut built = self.family.request(&keyless(target), request, stream)?;
+        (self.rewrite)(&mut built)?;
+        let method = if stream {
+            self.methods.1
+        } else {
+            self.methods.0
         };
         built.uri = url(target, method)?;
         Ok(with_token(built, target))
     }
 
     fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
-        AnthropicAdapter.decode(request, body)
+        self.family.decode(request, body)
     }
 
     fn error_body(
@@ -173,10 +156,10 @@ impl Adapter for VertexAnthropic {
         status: StatusCode,
         body: &[u8],
     ) -> Option<Bytes> {
-        AnthropicAdapter.error_body(request, status, body)
+        self.family.error_body(request, status, body)
     }
 
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
-        AnthropicAdapter.stream(request)
+        self.family.stream(request)
     }
 }

@@ -78,21 +78,14 @@ impl Attempter for JsonAttempter<'_> {
         attempt_timeout: Duration,
         span: SpanId,
     ) -> Attempt<JsonReply> {
-        if provider.vertex.is_some() {
-            // Boxed: only Vertex steps wait for a token, and inline it made every attempt's
-            // future larger.
-            let lease = match Box::pin(google_token(self.client, provider, attempt_timeout)).await {
-                Ok(lease) => lease,
-                Err(class) => return failed(class),
-            };
-            let sent = Box::pin(self.send(step, provider, Some(&lease), attempt_timeout, span));
-            return after_google_token(self.client, provider, &lease, sent.await);
-        }
-        self.send(step, provider, key, attempt_timeout, span).await
+        let key = AttemptKey { key, span };
+        keyed(self, self.client, step, provider, key, attempt_timeout).await
     }
 }
 
-impl JsonAttempter<'_> {
+impl Sends for JsonAttempter<'_> {
+    type Output = JsonReply;
+
     async fn send(
         &self,
         step: &Deployment,
@@ -304,20 +297,14 @@ impl Attempter for StreamAttempter<'_> {
         attempt_timeout: Duration,
         span: SpanId,
     ) -> Attempt<CommittedStream> {
-        if provider.vertex.is_some() {
-            // Boxed, as for a whole answer.
-            let lease = match Box::pin(google_token(self.client, provider, attempt_timeout)).await {
-                Ok(lease) => lease,
-                Err(class) => return failed(class),
-            };
-            let sent = Box::pin(self.send(step, provider, Some(&lease), attempt_timeout, span));
-            return after_google_token(self.client, provider, &lease, sent.await);
-        }
-        self.send(step, provider, key, attempt_timeout, span).await
+        let key = AttemptKey { key, span };
+        keyed(self, self.client, step, provider, key, attempt_timeout).await
     }
 }
 
-impl StreamAttempter<'_> {
+impl Sends for StreamAttempter<'_> {
+    type Output = CommittedStream;
+
     async fn send(
         &self,
         step: &Deployment,
@@ -433,37 +420,75 @@ async fn first_event(
     }
 }
 
-/// A Vertex provider's access token, as the attempt's key: within the attempt's time, or the
-/// step has no usable key.
-async fn google_token(
-    client: &UpstreamClient,
-    provider: &Provider,
-    attempt_timeout: Duration,
-) -> Result<KeyLease, FailureClass> {
-    match timeout(attempt_timeout, client.google.lease(provider)).await {
-        Ok(Ok(lease)) => Ok(lease),
-        Ok(Err(error)) => {
-            tracing::warn!(provider = %provider.id.as_str(), %error, "Vertex step skipped");
-            Err(FailureClass::NoKey)
-        }
-        Err(_) => Err(FailureClass::Timeout),
-    }
+/// One attempt with a given key: what each attempter does, and a Vertex step does with its
+/// access token as the key.
+trait Sends {
+    type Output;
+
+    fn send(
+        &self,
+        step: &Deployment,
+        provider: &Provider,
+        key: Option<&KeyLease>,
+        attempt_timeout: Duration,
+        span: SpanId,
+    ) -> impl std::future::Future<Output = Attempt<Self::Output>> + Send;
 }
 
-/// A token the provider refused (401, 403) is dropped, so the next attempt gets a fresh one
-/// rather than the same refusal until it expires.
-fn after_google_token<T>(
+/// The key an attempt was given, and its span.
+struct AttemptKey<'k> {
+    key: Option<&'k KeyLease>,
+    span: SpanId,
+}
+
+/// An attempt with the key it was given; a Vertex step's, with the provider's access token.
+async fn keyed<A: Sends + Sync>(
+    attempter: &A,
     client: &UpstreamClient,
+    step: &Deployment,
     provider: &Provider,
-    lease: &KeyLease,
-    attempt: Attempt<T>,
-) -> Attempt<T> {
+    AttemptKey { key, span }: AttemptKey<'_>,
+    attempt_timeout: Duration,
+) -> Attempt<A::Output> {
+    if provider.vertex.is_some() {
+        // Boxed: only Vertex steps wait for a token, and inline it made every attempt's
+        // future larger.
+        let sent = with_google_token(attempter, client, step, provider, attempt_timeout, span);
+        return Box::pin(sent).await;
+    }
+    attempter
+        .send(step, provider, key, attempt_timeout, span)
+        .await
+}
+
+/// A Vertex attempt: the provider's access token as its key, within the attempt's time, or
+/// the step has no usable key. A token the provider refuses (401, 403) is dropped, so the
+/// next attempt gets a fresh one rather than the same refusal until it expires.
+async fn with_google_token<A: Sends + Sync>(
+    attempter: &A,
+    client: &UpstreamClient,
+    step: &Deployment,
+    provider: &Provider,
+    attempt_timeout: Duration,
+    span: SpanId,
+) -> Attempt<A::Output> {
+    let lease = match timeout(attempt_timeout, client.google.lease(provider)).await {
+        Ok(Ok(lease)) => lease,
+        Ok(Err(error)) => {
+            tracing::warn!(provider = %provider.id.as_str(), %error, "Vertex step skipped");
+            return failed(FailureClass::NoKey);
+        }
+        Err(_) => return failed(FailureClass::Timeout),
+    };
+    let attempt = attempter
+        .send(step, provider, Some(&lease), attempt_timeout, span)
+        .await;
     if let Attempt::Failed(Failure {
         class: FailureClass::Auth,
         ..
     }) = &attempt
     {
-        client.google.refused(provider, lease);
+        client.google.refused(provider, &lease);
     }
     attempt
 }

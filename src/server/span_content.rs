@@ -210,17 +210,7 @@ fn openai_messages(body: &Map<String, Value>, room: &mut Room) -> Option<Vec<Val
             let part = tool_response(&m["tool_call_id"], &m["content"], room);
             return message("tool", vec![part]);
         }
-        let mut parts = blocks(&m["content"], room);
-        for call in m["tool_calls"].as_array().into_iter().flatten() {
-            let function = &call["function"];
-            parts.push(tool_call(
-                &call["id"],
-                &function["name"],
-                &function["arguments"],
-                room,
-            ));
-        }
-        message(role, parts)
+        message(role, openai_parts(m, room))
     });
     Some(read.collect())
 }
@@ -332,7 +322,11 @@ fn openai_choice(choice: &Value, room: &mut Room) -> (Option<String>, Vec<Value>
     if let Some(text) = choice["text"].as_str() {
         return (reason, vec![text_part(text, room)]);
     }
-    let message = &choice["message"];
+    (reason, openai_parts(&choice["message"], room))
+}
+
+/// An OpenAI message's content and the tool calls it makes, as parts.
+fn openai_parts(message: &Value, room: &mut Room) -> Vec<Value> {
     let mut parts = blocks(&message["content"], room);
     for call in message["tool_calls"].as_array().into_iter().flatten() {
         let function = &call["function"];
@@ -343,7 +337,7 @@ fn openai_choice(choice: &Value, room: &mut Room) -> (Option<String>, Vec<Value>
             room,
         ));
     }
-    (reason, parts)
+    parts
 }
 
 #[cfg(test)]

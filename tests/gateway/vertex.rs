@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
+use switchyard::server::Gateway;
 
 use super::process::TempDir;
 use super::support::*;
@@ -55,14 +56,21 @@ fn vertex(fake: &FakeHandle, credentials: &str) -> TestGateway {
         .set("credentials_file", credentials)
 }
 
-#[tokio::test]
-async fn a_gemini_model_is_asked_at_vertexs_path_with_a_token_from_a_signed_jwt() {
-    let fake = vertex_fake(Duration::from_secs(3600), vec![]).await;
+/// A fake Vertex whose tokens last `lifetime`, and a gateway with route `r` to its `model`;
+/// the key file lives as long as the returned directory.
+async fn one_route(lifetime: Duration, model: &str) -> (FakeHandle, Gateway, TempDir) {
+    let fake = vertex_fake(lifetime, vec![]).await;
     let dir = TempDir::new();
     let gateway = vertex(&fake, &key_file(&dir, &fake))
-        .route("r", &[("v", "gemini-2.5-flash")], "")
+        .route("r", &[("v", model)], "")
         .start()
         .await;
+    (fake, gateway, dir)
+}
+
+#[tokio::test]
+async fn a_gemini_model_is_asked_at_vertexs_path_with_a_token_from_a_signed_jwt() {
+    let (fake, gateway, _dir) = one_route(Duration::from_secs(3600), "gemini-2.5-flash").await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
@@ -88,12 +96,8 @@ async fn a_gemini_model_is_asked_at_vertexs_path_with_a_token_from_a_signed_jwt(
 
 #[tokio::test]
 async fn a_claude_model_goes_to_raw_predict_in_anthropics_format() {
-    let fake = vertex_fake(Duration::from_secs(3600), vec![]).await;
-    let dir = TempDir::new();
-    let gateway = vertex(&fake, &key_file(&dir, &fake))
-        .route("r", &[("v", "claude-sonnet-4@20250514")], "")
-        .start()
-        .await;
+    let (fake, gateway, _dir) =
+        one_route(Duration::from_secs(3600), "claude-sonnet-4@20250514").await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     let answer: Value = response.json().await.unwrap();
@@ -126,12 +130,7 @@ async fn a_claude_model_goes_to_raw_predict_in_anthropics_format() {
 
 #[tokio::test]
 async fn a_hundred_requests_at_once_cost_one_token() {
-    let fake = vertex_fake(Duration::from_secs(3600), vec![]).await;
-    let dir = TempDir::new();
-    let gateway = vertex(&fake, &key_file(&dir, &fake))
-        .route("r", &[("v", "gemini-2.5-flash")], "")
-        .start()
-        .await;
+    let (fake, gateway, _dir) = one_route(Duration::from_secs(3600), "gemini-2.5-flash").await;
     let body = chat("r");
     let answers = join_all((0..100).map(|_| post(&gateway, &body))).await;
     assert!(answers.iter().all(|a| a.status() == 200));
@@ -145,12 +144,7 @@ async fn a_hundred_requests_at_once_cost_one_token() {
 #[tokio::test]
 async fn an_expired_token_is_refreshed_before_use_even_under_load() {
     // Tokens that last 20 s are due for refresh at once, by the client's 20 s margin.
-    let fake = vertex_fake(Duration::from_secs(20), vec![]).await;
-    let dir = TempDir::new();
-    let gateway = vertex(&fake, &key_file(&dir, &fake))
-        .route("r", &[("v", "gemini-2.5-flash")], "")
-        .start()
-        .await;
+    let (fake, gateway, _dir) = one_route(Duration::from_secs(20), "gemini-2.5-flash").await;
     let body = chat("r");
     for expected in 1..=2 {
         assert_eq!(post(&gateway, &body).await.status(), 200);

@@ -36,18 +36,7 @@ pub fn request_attributes(
     if let Some(kind) = provider {
         attributes.push(provider_name(kind, semconv));
     }
-    if let Some(model) = &record.model {
-        attributes.push(KeyValue::new(
-            "gen_ai.response.model",
-            model.as_str().to_owned(),
-        ));
-    }
-    if let Some(tokens) = record.tokens_in {
-        attributes.push(KeyValue::new("gen_ai.usage.input_tokens", tokens as i64));
-    }
-    if let Some(tokens) = record.tokens_out {
-        attributes.push(KeyValue::new("gen_ai.usage.output_tokens", tokens as i64));
-    }
+    answer_attributes(record, &mut attributes);
     if let Some(route) = &record.route {
         attributes.push(KeyValue::new("switchyard.route", route.as_str().to_owned()));
     }
@@ -184,6 +173,18 @@ pub fn attempt_attributes(
 /// The serving attempt's answer: its model, usage and finish reasons, which views built on
 /// client spans read there.
 fn served_attributes(record: &RequestRecord, attributes: &mut Vec<KeyValue>) {
+    answer_attributes(record, attributes);
+    if let Some(detail) = record
+        .detail
+        .as_deref()
+        .filter(|d| !d.finish_reasons.is_empty())
+    {
+        attributes.push(finish_reasons(detail));
+    }
+}
+
+/// The model that answered, and the tokens it counted.
+fn answer_attributes(record: &RequestRecord, attributes: &mut Vec<KeyValue>) {
     if let Some(model) = &record.model {
         attributes.push(KeyValue::new(
             "gen_ai.response.model",
@@ -195,12 +196,5 @@ fn served_attributes(record: &RequestRecord, attributes: &mut Vec<KeyValue>) {
     }
     if let Some(tokens) = record.tokens_out {
         attributes.push(KeyValue::new("gen_ai.usage.output_tokens", tokens as i64));
-    }
-    if let Some(detail) = record
-        .detail
-        .as_deref()
-        .filter(|d| !d.finish_reasons.is_empty())
-    {
-        attributes.push(finish_reasons(detail));
     }
 }
