@@ -85,8 +85,44 @@ pub fn report(config: &Config) -> String {
 }
 
 /// What will work but probably not as meant: a provider that needs a key and has none from
-/// the environment (the store may still hold one; `--connect` cannot read secrets to tell).
+/// the environment (the store may still hold one; `--connect` cannot read secrets to tell),
+/// and a route's model with no price, neither in `[[prices]]` nor in the shipped table.
 pub fn warnings(config: &Config) -> Vec<String> {
+    let mut warnings = key_warnings(config);
+    warnings.extend(unpriced(config));
+    warnings
+}
+
+/// Each route deployment no price covers: its cost is unknown, and a budget refuses it
+/// (or, with `[budgets] unpriced = "free"`, counts it as free).
+fn unpriced(config: &Config) -> Vec<String> {
+    let mut named = std::collections::BTreeSet::new();
+    let deployments = config
+        .routes
+        .iter()
+        .flat_map(|route| &route.steps)
+        .flat_map(|step| &step.deployments);
+    for deployment in deployments {
+        let priced = config
+            .prices
+            .iter()
+            .any(|p| p.provider == deployment.provider && p.model == deployment.model);
+        if !priced {
+            named.insert(format!("{}/{}", deployment.provider, deployment.model));
+        }
+    }
+    named
+        .into_iter()
+        .map(|name| {
+            format!(
+                "`{name}` has no price: add it to [[prices]] for its cost to be known and for \
+                 budgets to admit it"
+            )
+        })
+        .collect()
+}
+
+fn key_warnings(config: &Config) -> Vec<String> {
     config
         .providers
         .iter()
@@ -170,6 +206,56 @@ mod tests {
         let error = connect(&config).await.unwrap_err().to_string();
         assert!(error.contains("127.0.0.1:1"), "{error}");
         assert!(!error.contains("hunter2"), "{error}");
+    }
+
+    #[test]
+    fn a_route_model_with_no_price_is_named_and_a_shipped_or_filed_one_is_not() {
+        let config = Config::parse(
+            r#"
+[[providers]]
+name = "openai"
+kind = "openai"
+key_required = false
+[[providers]]
+name = "groq"
+kind = "openai"
+compat = "groq"
+key_required = false
+[[routes]]
+name = "r"
+steps = [{ provider = "openai", model = "gpt-4o-mini" }, { provider = "openai", model = "mine" },
+         { provider = "groq", model = "gpt-4o-mini" }, { provider = "groq", model = "llama" }]
+[[prices]]
+provider = "groq"
+model = "llama"
+input_per_1m = 0.5
+output_per_1m = 0.8
+"#,
+        )
+        .unwrap();
+        let warnings = warnings(&config);
+        assert_eq!(
+            warnings,
+            [
+                "`groq/gpt-4o-mini` has no price: add it to [[prices]] for its cost to be known and for budgets to admit it",
+                "`openai/mine` has no price: add it to [[prices]] for its cost to be known and for budgets to admit it"
+            ]
+        );
+        let shipped = config
+            .prices
+            .iter()
+            .find(|p| p.model.as_str() == "gpt-4o-mini")
+            .unwrap();
+        assert_eq!(
+            shipped.origin,
+            crate::config::PriceOrigin::Shipped {
+                as_of: "2026-11-20"
+            }
+        );
+        assert_eq!(
+            config.providers[1].base_url,
+            "https://api.groq.com/openai/v1"
+        );
     }
 
     #[test]

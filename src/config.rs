@@ -9,6 +9,7 @@ pub mod backoff;
 mod cache;
 mod duration;
 mod otel;
+pub mod price_table;
 mod raw;
 mod redis_target;
 pub mod retry_budget;
@@ -184,6 +185,20 @@ pub struct Price {
     pub model: ModelName,
     pub input_per_1m: f64,
     pub output_per_1m: f64,
+    /// Input read from the provider's prompt cache, and written to it, where it prices them
+    /// apart (recorded; requests are costed at `input_per_1m` and `output_per_1m`).
+    pub cached_input_per_1m: Option<f64>,
+    pub cache_write_per_1m: Option<f64>,
+    pub origin: PriceOrigin,
+}
+
+/// Where a price came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PriceOrigin {
+    /// `[[prices]]` in the config file.
+    File,
+    /// The table the gateway ships with, from a source of this date.
+    Shipped { as_of: &'static str },
 }
 
 impl Price {
@@ -449,6 +464,77 @@ pub struct Provider {
     pub forward_headers: Vec<http::HeaderName>,
     /// vertex: its project, location and credentials.
     pub vertex: Option<Arc<VertexSettings>>,
+    /// openai: the OpenAI-compatible vendor or server it is, whose base URL it defaults to
+    /// and whose quirks its requests are adjusted for.
+    pub compat: Option<Compat>,
+}
+
+/// The OpenAI-compatible providers and local servers known by name (`compat = "groq"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compat {
+    Groq,
+    Mistral,
+    DeepSeek,
+    Together,
+    Fireworks,
+    Xai,
+    OpenRouter,
+    Ollama,
+    Vllm,
+    LmStudio,
+}
+
+impl Compat {
+    pub const ALL: [Compat; 10] = [
+        Compat::Groq,
+        Compat::Mistral,
+        Compat::DeepSeek,
+        Compat::Together,
+        Compat::Fireworks,
+        Compat::Xai,
+        Compat::OpenRouter,
+        Compat::Ollama,
+        Compat::Vllm,
+        Compat::LmStudio,
+    ];
+
+    /// Its name in config files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compat::Groq => "groq",
+            Compat::Mistral => "mistral",
+            Compat::DeepSeek => "deepseek",
+            Compat::Together => "together",
+            Compat::Fireworks => "fireworks",
+            Compat::Xai => "xai",
+            Compat::OpenRouter => "openrouter",
+            Compat::Ollama => "ollama",
+            Compat::Vllm => "vllm",
+            Compat::LmStudio => "lmstudio",
+        }
+    }
+
+    /// Its OpenAI-compatible API root, as its documentation gives it (a local server's
+    /// default address).
+    pub fn base_url(self) -> &'static str {
+        match self {
+            Compat::Groq => "https://api.groq.com/openai/v1",
+            Compat::Mistral => "https://api.mistral.ai/v1",
+            Compat::DeepSeek => "https://api.deepseek.com/v1",
+            Compat::Together => "https://api.together.ai/v1",
+            Compat::Fireworks => "https://api.fireworks.ai/inference/v1",
+            Compat::Xai => "https://api.x.ai/v1",
+            Compat::OpenRouter => "https://openrouter.ai/api/v1",
+            Compat::Ollama => "http://localhost:11434/v1",
+            Compat::Vllm => "http://localhost:8000/v1",
+            Compat::LmStudio => "http://localhost:1234/v1",
+        }
+    }
+
+    /// A local server, which takes no key unless it was started with one.
+    pub fn local(self) -> bool {
+        matches!(self, Compat::Ollama | Compat::Vllm | Compat::LmStudio)
+    }
 }
 
 /// `health_check = { every }` on a provider.

@@ -46,6 +46,7 @@ mod gateway {
     mod operator;
     mod passthrough;
     mod pg_outage;
+    mod presets;
     mod readme;
     pub mod redis_faults;
     mod reload;

@@ -144,6 +144,8 @@ pub struct RawPrice {
     pub model: String,
     pub input_per_1m: f64,
     pub output_per_1m: f64,
+    pub cached_input_per_1m: Option<f64>,
+    pub cache_write_per_1m: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -257,6 +259,8 @@ pub struct RawProvider {
     /// (default: Application Default Credentials).
     pub credentials_file: Option<String>,
     pub credentials_env: Option<String>,
+    /// openai: a known OpenAI-compatible vendor or server (`groq`, `ollama`, ...).
+    pub compat: Option<String>,
 }
 
 /// `health_check = { every = "10s" }`.

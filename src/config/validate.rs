@@ -155,6 +155,7 @@ pub fn validate(raw: RawConfig) -> Result<Config, Vec<FieldError>> {
     let log = telemetry::log(&mut errors, raw.log);
     let alerts = telemetry::alerts(&mut errors, raw.alerts);
     let prices = telemetry::prices(&mut errors, raw.prices, &providers);
+    let prices = crate::config::price_table::with_shipped(prices, &providers, &routes);
     let admin = telemetry::admin(&mut errors, raw.admin);
     let budgets = budgets::budgets(&mut errors, raw.budgets);
     let cache = cache::cache(&mut errors, raw.cache, &cluster, &limits);
@@ -388,6 +389,24 @@ fn providers(
         for (field, set) in vertex_fields {
             only_for(errors, field, set, ProviderKind::Vertex);
         }
+        let compat = match p.compat.as_deref() {
+            None => None,
+            Some(_) if kind != ProviderKind::OpenAi => {
+                only_for(errors, "compat", true, ProviderKind::OpenAi);
+                None
+            }
+            Some(name) => match Compat::ALL.into_iter().find(|c| c.as_str() == name) {
+                Some(compat) => Some(compat),
+                None => {
+                    let names: Vec<&str> = Compat::ALL.iter().map(|c| c.as_str()).collect();
+                    errors.add(
+                        format!("providers[{i}].compat"),
+                        format!("`{name}` is not one of `{}`", names.join("`, `")),
+                    );
+                    None
+                }
+            },
+        };
         let vertex = match kind {
             ProviderKind::Vertex => {
                 let env = |name: &str| std::env::var(name).ok();
@@ -413,9 +432,10 @@ fn providers(
                 errors.add(format!("providers[{i}].{field}"), "must not be empty");
             }
         }
-        let kind_default = match &vertex {
-            Some(settings) => Some(vertex::default_base_url(&settings.location)),
-            None => default_base_url(kind).map(str::to_owned),
+        let kind_default = match (&vertex, compat) {
+            (Some(settings), _) => Some(vertex::default_base_url(&settings.location)),
+            (None, Some(compat)) => Some(compat.base_url().to_owned()),
+            (None, None) => default_base_url(kind).map(str::to_owned),
         };
         let base_url = match (p.base_url, kind_default) {
             (Some(url), _) => url,
@@ -479,8 +499,11 @@ fn providers(
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
             base_url: base_url.trim_end_matches('/').to_string(),
-            // Vertex proves who it is with Google's access tokens, not a stored key.
-            key_required: p.key_required.unwrap_or(kind != ProviderKind::Vertex),
+            // Vertex proves who it is with Google's access tokens, not a stored key; a local
+            // server takes no key unless it was started with one.
+            key_required: p
+                .key_required
+                .unwrap_or(kind != ProviderKind::Vertex && !compat.is_some_and(Compat::local)),
             api_key_env: p.api_key_env,
             default_max_tokens: p.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             anthropic_version: p
@@ -500,6 +523,7 @@ fn providers(
                 None => forward_by_default.to_vec(),
             },
             vertex,
+            compat,
         });
     }
     providers

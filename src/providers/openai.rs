@@ -4,6 +4,8 @@
 //! `base_url` names the API root (`https://api.openai.com/v1`); chat goes to
 //! `{base_url}/chat/completions` and embeddings to `{base_url}/embeddings`, with bearer auth.
 
+mod compat;
+
 use bytes::Bytes;
 use http::StatusCode;
 use serde::Deserialize;
@@ -30,7 +32,10 @@ impl Adapter for OpenAiAdapter {
         request: &ClientRequest,
         stream: bool,
     ) -> Result<UpstreamRequest, Rejection> {
-        let body = encode(request, target.model, stream)?;
+        let mut body = encode(request, target.model, stream)?;
+        if let (Some(compat), Operation::Chat) = (target.provider.compat, request.operation) {
+            body = adjusted(compat, body)?;
+        }
         let path = match request.operation {
             Operation::Chat => "chat/completions",
             Operation::Completions => "completions",
@@ -62,6 +67,15 @@ impl Adapter for OpenAiAdapter {
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
         translator(request)
     }
+}
+
+/// `body` as the `compat` vendor takes it: read back, adjusted, written again (only for
+/// providers that name one).
+fn adjusted(compat: crate::config::Compat, body: OutBody) -> Result<OutBody, Rejection> {
+    let mut tree: Map<String, Value> = serde_json::from_slice(&body.to_bytes())
+        .map_err(|_| Rejection::new("messages", "the request could not be re-encoded"))?;
+    compat::adjust(compat, &mut tree)?;
+    Ok(super::to_bytes(&tree).into())
 }
 
 /// The body an OpenAI-format upstream gets: the client's own bytes when it speaks OpenAI

@@ -8,8 +8,8 @@ use std::time::Duration;
 use super::Errors;
 use crate::config::raw::{RawAdmin, RawAlerts, RawLog, RawPrice};
 use crate::config::{
-    AdminConfig, AlertsConfig, Durability, LogConfig, LogFormat, ModelName, Price, Provider,
-    ProviderId, Token, WhenFull,
+    AdminConfig, AlertsConfig, Durability, LogConfig, LogFormat, ModelName, Price, PriceOrigin,
+    Provider, ProviderId, Token, WhenFull,
 };
 
 /// Thirty days of request log unless `[log] retention` says otherwise.
@@ -166,6 +166,8 @@ pub fn prices(errors: &mut Errors, raw: Vec<RawPrice>, providers: &[Provider]) -
         for (field, value) in [
             ("input_per_1m", p.input_per_1m),
             ("output_per_1m", p.output_per_1m),
+            ("cached_input_per_1m", p.cached_input_per_1m.unwrap_or(0.0)),
+            ("cache_write_per_1m", p.cache_write_per_1m.unwrap_or(0.0)),
         ] {
             if !(value.is_finite() && value >= 0.0) {
                 errors.add(
@@ -179,6 +181,9 @@ pub fn prices(errors: &mut Errors, raw: Vec<RawPrice>, providers: &[Provider]) -
             model: ModelName(Arc::from(p.model.as_str())),
             input_per_1m: p.input_per_1m,
             output_per_1m: p.output_per_1m,
+            cached_input_per_1m: p.cached_input_per_1m,
+            cache_write_per_1m: p.cache_write_per_1m,
+            origin: PriceOrigin::File,
         });
     }
     prices
