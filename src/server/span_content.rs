@@ -35,30 +35,53 @@ pub fn answered(record: &mut RequestRecord, kind: (Operation, ClientFormat), bod
     let Some(detail) = record.detail.as_deref_mut() else {
         return;
     };
+    if let (None, Some(field)) = (detail.content_room, reason_field(kind)) {
+        // Only the finish reasons: read off the bytes, not a parsed tree.
+        detail.finish_reasons = scan_reasons(body, field).collect();
+        return;
+    }
     if let Ok(answer) = serde_json::from_slice::<Value>(body) {
         let room = detail.content_room;
         capture_output(detail, kind, &answer, room);
     }
 }
 
-/// A sampled stream's answer, gathered from the events the client got, for its span.
+/// A sampled stream's answer, gathered from the events the client got, for its span: put
+/// back together when its content is captured, else only its finish reasons, read off the
+/// events' bytes (a parse of every event cost four times the event's own forwarding).
 pub struct StreamTrace {
     assembler: Option<Assembler>,
+    /// Without capture: a finder of the field that holds a finish reason (built once, not
+    /// per event), and the reasons seen so far.
+    reasons: Option<(memchr::memmem::Finder<'static>, Vec<String>)>,
     kind: (Operation, ClientFormat),
 }
 
 impl StreamTrace {
     /// For a request whose record has span detail; `None` for the rest.
     pub fn of(record: &RequestRecord, request: &ClientRequest) -> Option<StreamTrace> {
-        record.detail.as_ref()?;
+        let detail = record.detail.as_ref()?;
+        let kind = (request.operation, request.format);
+        let reasons = reason_field(kind)
+            .filter(|_| detail.content_room.is_none())
+            .map(|field| (memchr::memmem::Finder::new(field), Vec::new()));
+        let assembler = match reasons {
+            Some(_) => None,
+            None => Some(Assembler::new(request.operation, request.format)),
+        };
         Some(StreamTrace {
-            assembler: Some(Assembler::new(request.operation, request.format)),
-            kind: (request.operation, request.format),
+            assembler,
+            reasons,
+            kind,
         })
     }
 
     /// Reads the events of one frame the client got.
     pub fn feed(&mut self, frame: &[u8]) {
+        if let Some((finder, seen)) = self.reasons.as_mut() {
+            seen.extend(scan_with(frame, finder));
+            return;
+        }
         if let Some(assembler) = self.assembler.as_mut()
             && !assembler.feed(frame)
         {
@@ -68,6 +91,10 @@ impl StreamTrace {
 
     /// The stream ended cleanly: its answer into the record.
     pub fn finish(self, record: &mut RequestRecord) {
+        if let (Some((_, seen)), Some(detail)) = (self.reasons, record.detail.as_deref_mut()) {
+            detail.finish_reasons = seen;
+            return;
+        }
         let usage = record.tokens_in.zip(record.tokens_out);
         let (Some(assembler), Some(detail)) = (self.assembler, record.detail.as_deref_mut()) else {
             return;
@@ -77,6 +104,41 @@ impl StreamTrace {
             capture_output(detail, self.kind, &answer, room);
         }
     }
+}
+
+/// The JSON field a format's answer (and its stream's events) says why a choice ended in;
+/// `None` for the Responses API, whose reason is read from the whole answer.
+fn reason_field((operation, format): (Operation, ClientFormat)) -> Option<&'static [u8]> {
+    match (operation, format) {
+        (Operation::Chat | Operation::Completions, ClientFormat::OpenAi) => {
+            Some(b"\"finish_reason\"")
+        }
+        (Operation::Chat, ClientFormat::Anthropic) => Some(b"\"stop_reason\""),
+        _ => None,
+    }
+}
+
+/// Each string value of `field` in `json`, in order (`null`s skipped). Finish reasons are
+/// plain words, so a string with an escape is passed over rather than decoded.
+fn scan_reasons<'a>(json: &'a [u8], field: &'a [u8]) -> impl Iterator<Item = String> + 'a {
+    let finder = memchr::memmem::Finder::new(field);
+    scan_with(json, &finder).collect::<Vec<_>>().into_iter()
+}
+
+/// [`scan_reasons`] with a finder already built.
+fn scan_with<'a>(
+    json: &'a [u8],
+    finder: &'a memchr::memmem::Finder<'_>,
+) -> impl Iterator<Item = String> + 'a {
+    let width = finder.needle().len();
+    finder.find_iter(json).filter_map(move |at| {
+        let rest = &json[at + width..];
+        let rest = rest.trim_ascii_start().strip_prefix(b":")?.trim_ascii_start();
+        let value = rest.strip_prefix(b"\"")?;
+        let end = memchr::memchr2(b'"', b'\\', value)?;
+        (value[end] == b'"')
+            .then(|| String::from_utf8_lossy(&value[..end]).into_owned())
+    })
 }
 
 /// The bytes of content a span may still take.
@@ -391,6 +453,22 @@ mod tests {
             parsed(&detail.output_messages)[1],
             json!({"role": "assistant", "parts": [{"type": "text", "content": "hey"}], "finish_reason": "length"})
         );
+    }
+
+    #[test]
+    fn finish_reasons_are_read_off_the_bytes_of_answers_and_events() {
+        let chunk = br#"data: {"choices":[{"index":0,"delta":{},"finish_reason": "stop"},{"index":1,"delta":{},"finish_reason":null}]}
+
+data: {"choices":[{"index":1,"delta":{},"finish_reason":"length"}]}
+
+"#;
+        let reasons: Vec<String> = scan_reasons(chunk, b"\"finish_reason\"").collect();
+        assert_eq!(reasons, ["stop", "length"]);
+        let message = br#"{"type":"message_start","message":{"stop_reason":null}} {"delta":{"stop_reason":"end_turn"}}"#;
+        let reasons: Vec<String> = scan_reasons(message, b"\"stop_reason\"").collect();
+        assert_eq!(reasons, ["end_turn"]);
+        let escaped = br#"{"finish_reason":"st\"op"}"#;
+        assert_eq!(scan_reasons(escaped, b"\"finish_reason\"").count(), 0);
     }
 
     #[test]
