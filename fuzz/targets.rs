@@ -232,10 +232,10 @@ pub fn response(data: &[u8]) {
     let request = ClientRequest::new(format, operation, Map::new());
     let adapter = providers::adapter(kind, "model-x");
     if choice / 16 % 2 == 0 {
-        if let Some(decoded) = adapter.decode(&request, &Bytes::copy_from_slice(body)) {
-            if let Err(e) = json_syntax(&decoded.body) {
-                panic!("{kind:?} decoded to non-JSON ({e}): {:?}", decoded.body);
-            }
+        if let Some(decoded) = adapter.decode(&request, &Bytes::copy_from_slice(body))
+            && let Err(e) = json_syntax(&decoded.body)
+        {
+            panic!("{kind:?} decoded to non-JSON ({e}): {:?}", decoded.body);
         }
         return;
     }
@@ -324,10 +324,10 @@ fn assert_sse_frame(frame: &Bytes) {
     };
     for line in body.split('\n') {
         if let Some(data) = line.strip_prefix("data: ") {
-            if data != "[DONE]" {
-                if let Err(e) = serde_json::from_str::<Value>(data) {
-                    panic!("a frame's data is not JSON ({e}): {text:?}");
-                }
+            if data != "[DONE]"
+                && let Err(e) = serde_json::from_str::<Value>(data)
+            {
+                panic!("a frame's data is not JSON ({e}): {text:?}");
             }
         } else {
             let known = line.starts_with("event: ") || line.starts_with(':');

@@ -56,15 +56,15 @@ impl Caller {
             return Err(Denied::DirectName);
         }
         let role = config.roles.iter().find(|r| r.name == *self.role);
-        if let Some(patterns) = role.and_then(|r| r.models.as_ref()) {
-            if !patterns.iter().any(|p| p.matches(model)) {
-                return Err(Denied::Role);
-            }
+        if let Some(patterns) = role.and_then(|r| r.models.as_ref())
+            && !patterns.iter().any(|p| p.matches(model))
+        {
+            return Err(Denied::Role);
         }
-        if let Some(patterns) = self.key.as_ref().and_then(|k| k.models.as_ref()) {
-            if !patterns.iter().any(|p| pattern_matches(p, model)) {
-                return Err(Denied::Key);
-            }
+        if let Some(patterns) = self.key.as_ref().and_then(|k| k.models.as_ref())
+            && !patterns.iter().any(|p| pattern_matches(p, model))
+        {
+            return Err(Denied::Key);
         }
         Ok(())
     }

@@ -274,6 +274,8 @@ pub struct Telemetry {
     settings: Arc<Settings>,
     /// What sampled requests' spans say of each provider.
     span_providers: Arc<spans::SpanProviders>,
+    /// What the writer costs rows with.
+    prices: Arc<arc_swap::ArcSwap<writer::PriceTable>>,
 }
 
 /// The `[log]` settings the sending side needs.
@@ -350,6 +352,7 @@ impl Telemetry {
         let journal = (settings.spill_bytes > 0)
             .then(|| journal::Journal::open(spill_path.clone(), settings.spill_bytes));
         let span_providers = Arc::new(spans::SpanProviders::new(config));
+        let prices = Arc::new(arc_swap::ArcSwap::from_pointee(writer::price_table(config)));
         let writer = writer::Writer::new(
             store,
             config,
@@ -357,7 +360,10 @@ impl Telemetry {
             log.clone(),
             metrics.clone(),
             state.clone(),
-            span_providers.clone(),
+            writer::Swapped {
+                span_providers: span_providers.clone(),
+                prices: prices.clone(),
+            },
         );
         let writer = tokio::spawn(writer.run(receiver));
         (
@@ -374,16 +380,19 @@ impl Telemetry {
                     spill_path,
                 }),
                 span_providers,
+                prices,
             },
             TelemetryWriter(writer),
         )
     }
 
-    /// Takes a reloaded config's names: the metrics' labels, and the spans' providers.
+    /// Takes a reloaded config's names and prices: the metrics' labels, the spans'
+    /// providers, and what rows are costed with.
     pub fn reconfigure(&self, config: &Config) {
         self.metrics
             .set_names(metrics::LabelNames::from_config(config));
         self.span_providers.set(config);
+        self.prices.store(Arc::new(writer::price_table(config)));
     }
 
     /// Queues one record that holds no reserved place: when the queue is full it is dropped,

@@ -125,7 +125,7 @@ pub fn format(micros: u64) -> String {
 /// the nearest double, which prints as the exact decimal (`12.5`) for any amount under a
 /// billion dollars.
 pub fn to_json(micros: u64) -> Value {
-    if micros % MICROS_PER_USD == 0 {
+    if micros.is_multiple_of(MICROS_PER_USD) {
         return Value::from(micros / MICROS_PER_USD);
     }
     // Both operands are exact in a double; the quotient is correctly rounded.

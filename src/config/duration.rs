@@ -15,11 +15,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Formats a duration the way the config writes it, for `switchyard check`.
 pub fn format_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis % 1_000 != 0 {
+    if !millis.is_multiple_of(1_000) {
         format!("{millis}ms")
-    } else if millis % 60_000 != 0 {
+    } else if !millis.is_multiple_of(60_000) {
         format!("{}s", millis / 1_000)
-    } else if millis % 3_600_000 != 0 {
+    } else if !millis.is_multiple_of(3_600_000) {
         format!("{}m", millis / 60_000)
     } else {
         format!("{}h", millis / 3_600_000)

@@ -482,10 +482,9 @@ impl<T> Walk<'_, T> {
         if let Err(failed) = self
             .attempt(index, step, permit, remaining, attempter)
             .await
+            && let (Action::NextKey, Some(key)) = (failed.action, failed.key)
         {
-            if let (Action::NextKey, Some(key)) = (failed.action, failed.key) {
-                keys.bench(&provider, &key.id, config.breaker.cooldown);
-            }
+            keys.bench(&provider, &key.id, config.breaker.cooldown);
         }
     }
 }

@@ -472,21 +472,30 @@ async fn with_google_token<A: Sends + Sync>(
     attempt_timeout: Duration,
     span: SpanId,
 ) -> Attempt<A::Output> {
+    let started = Instant::now();
     let lease = match timeout(attempt_timeout, client.google.lease(provider)).await {
         Ok(Ok(lease)) => lease,
         Ok(Err(error)) => {
             tracing::warn!(provider = %provider.id.as_str(), %error, "Vertex step skipped");
             return failed(FailureClass::NoKey);
         }
-        Err(_) => return failed(FailureClass::Timeout),
+        // No token in time says nothing of Vertex itself: no key, not a timeout its breaker
+        // would count.
+        Err(_) => return failed(FailureClass::NoKey),
     };
+    // The attempt's time covers the token and the answer together.
+    let left = attempt_timeout.saturating_sub(started.elapsed());
     let attempt = attempter
-        .send(step, provider, Some(&lease), attempt_timeout, span)
+        .send(step, provider, Some(&lease), left, span)
         .await;
+    // A 401 is a token refused; a 403 is a permission (a role, the API, billing) that a new
+    // token would not change.
     if let Attempt::Failed(Failure {
         class: FailureClass::Auth,
+        reply: Some(reply),
         ..
     }) = &attempt
+        && reply.status == http::StatusCode::UNAUTHORIZED
     {
         client.google.refused(provider, &lease);
     }

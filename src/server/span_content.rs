@@ -133,11 +133,13 @@ fn scan_with<'a>(
     let width = finder.needle().len();
     finder.find_iter(json).filter_map(move |at| {
         let rest = &json[at + width..];
-        let rest = rest.trim_ascii_start().strip_prefix(b":")?.trim_ascii_start();
+        let rest = rest
+            .trim_ascii_start()
+            .strip_prefix(b":")?
+            .trim_ascii_start();
         let value = rest.strip_prefix(b"\"")?;
         let end = memchr::memchr2(b'"', b'\\', value)?;
-        (value[end] == b'"')
-            .then(|| String::from_utf8_lossy(&value[..end]).into_owned())
+        (value[end] == b'"').then(|| String::from_utf8_lossy(&value[..end]).into_owned())
     })
 }
 

@@ -19,6 +19,24 @@ use super::journal::Journal;
 use super::metrics::{Metrics, SeriesCache};
 use super::{Entry, RecentLog, RequestRecord, WriterState};
 use crate::config::{Config, Durability, ModelName, Price, ProviderId};
+
+/// What a reload swaps under the writer: the spans' providers and the prices.
+pub struct Swapped {
+    pub span_providers: Arc<super::spans::SpanProviders>,
+    pub prices: Arc<arc_swap::ArcSwap<PriceTable>>,
+}
+
+/// Each priced deployment's price.
+pub type PriceTable = HashMap<(ProviderId, ModelName), Price>;
+
+/// `config`'s prices, by deployment.
+pub fn price_table(config: &Config) -> PriceTable {
+    config
+        .prices
+        .iter()
+        .map(|p| ((p.provider.clone(), p.model.clone()), p.clone()))
+        .collect()
+}
 use crate::store::request_log::{LogAttempt, LogRow, Pace};
 use crate::store::{Store, StoreError, now_ms, within};
 
@@ -41,7 +59,8 @@ const REPLAY_TURN: usize = 16;
 /// Everything the writer task owns.
 pub(super) struct Writer {
     store: Store,
-    prices: HashMap<(ProviderId, ModelName), Price>,
+    /// What rows are costed with; a reload swaps it (`Telemetry::reconfigure`).
+    prices: Arc<arc_swap::ArcSwap<PriceTable>>,
     retention: Duration,
     durability: Durability,
     journal: Option<Journal>,
@@ -71,17 +90,12 @@ impl Writer {
         log: Arc<RecentLog>,
         metrics: Arc<Metrics>,
         state: Arc<WriterState>,
-        span_providers: Arc<super::spans::SpanProviders>,
+        swapped: Swapped,
     ) -> Self {
         let metrics_dropped = metrics.otel_spans_dropped.clone();
-        let prices = config
-            .prices
-            .iter()
-            .map(|p| ((p.provider.clone(), p.model.clone()), p.clone()))
-            .collect();
         Writer {
             store,
-            prices,
+            prices: swapped.prices,
             retention: config.log.retention,
             durability: config.log.durability,
             journal,
@@ -93,7 +107,7 @@ impl Writer {
             next_try: Instant::now(),
             store_timeout: config.store.timeout,
             retry_wait: RETRY,
-            spans: super::spans::Spans::start(config, span_providers, metrics_dropped),
+            spans: super::spans::Spans::start(config, swapped.span_providers, metrics_dropped),
         }
     }
 
@@ -383,7 +397,8 @@ impl Writer {
 
     fn cost(&self, record: &RequestRecord) -> Option<f64> {
         let key = (record.provider.clone()?, record.model.clone()?);
-        let price = self.prices.get(&key)?;
+        let prices = self.prices.load();
+        let price = prices.get(&key)?;
         if record.tokens_in.is_none() && record.tokens_out.is_none() {
             return None;
         }

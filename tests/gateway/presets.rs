@@ -82,3 +82,24 @@ async fn a_budget_works_on_a_well_known_model_that_prices_does_not_name() {
     // At most 1,000 output tokens at $0.60 a million, and a few input tokens, reserved.
     assert!((0.9993..1.0).contains(&remaining), "{remaining}");
 }
+
+#[tokio::test]
+async fn a_model_a_reload_routes_to_takes_its_shipped_price_at_once() {
+    let fake = scripted("openai", []).await;
+    let config = |model: &str| {
+        TestGateway::new()
+            .provider("openai", &fake)
+            .route("r", &[("openai", model)], "")
+            .with("[[roles]]\nname = \"default\"\n")
+            .set("budget_per_day", 1.0)
+    };
+    let running = super::reload::FromFile::start(&config("gpt-4o-mini")).await;
+    running.rewrite(&config("gpt-4.1-nano"));
+    let (status, answer) = running.reload().await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["needs_restart"], json!([]), "{answer}");
+    let body =
+        json!({"model": "r", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]});
+    // Unpriced, a budget would refuse it (402).
+    assert_eq!(post(&running.gateway, &body).await.status(), 200);
+}

@@ -64,7 +64,12 @@ pub(super) fn otel(
             ),
         }
     }
-    let mut headers = env_headers(errors, env);
+    // The specification's header variables may be meant for other software on the host:
+    // read only when spans go somewhere.
+    let mut headers = match endpoint {
+        Some(_) => env_headers(errors, env),
+        None => Vec::new(),
+    };
     for (name, variable) in raw.headers_env.unwrap_or_default() {
         let field = format!("otel.headers_env.{name}");
         if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -103,8 +108,13 @@ pub(super) fn otel(
             "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
             "OTEL_EXPORTER_OTLP_TIMEOUT",
         )
+        .filter(|_| endpoint.is_some())
         .and_then(|ms| ms.trim().parse().ok())
-        .map_or(defaults.timeout, Duration::from_millis),
+        .map(Duration::from_millis)
+        // Out of range from the environment: the default, rather than a load error naming
+        // a field the file never set.
+        .filter(|t| !t.is_zero() && *t <= Duration::from_secs(60))
+        .unwrap_or(defaults.timeout),
     };
     if timeout.is_zero() || timeout > Duration::from_secs(60) {
         errors.add("otel.timeout", "must be between 1ms and 60s");
@@ -314,7 +324,7 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
         ];
         let config = resolve(
-            "headers_env = { \"x-other\" = \"MINE\" }",
+            "endpoint = \"http://c:4318\"\nheaders_env = { \"x-other\" = \"MINE\" }",
             &[vars[0], vars[1], ("MINE", "from-file")],
         )
         .unwrap();
@@ -329,9 +339,14 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-a=1"),
             ("OTEL_EXPORTER_OTLP_HEADERS", "x-b=2"),
         ];
-        assert_eq!(resolve("", &traces_own).unwrap().headers[0].0, "x-a");
+        let endpoint = "endpoint = \"http://c:4318\"";
+        assert_eq!(resolve(endpoint, &traces_own).unwrap().headers[0].0, "x-a");
         let broken = [("OTEL_EXPORTER_OTLP_HEADERS", "x-a=1,no-equals-secret")];
-        let errors = resolve("", &broken).unwrap_err();
+        assert!(
+            resolve("", &broken).is_ok(),
+            "read only when spans go somewhere"
+        );
+        let errors = resolve(endpoint, &broken).unwrap_err();
         assert_eq!(
             errors,
             ["otel: `OTEL_EXPORTER_OTLP_HEADERS`: pair 2 is not a `name=value` header"]

@@ -203,13 +203,12 @@ impl ChunkSource for GeminiSource {
         }
         self.calls += parts.calls.len();
         let blocked = candidate.is_none() && response.get("promptFeedback").is_some();
-        if candidate.is_some() || blocked {
-            if let Some(finish) = finish_reason(candidate, self.calls > 0) {
-                if !self.finished {
-                    self.finished = true;
-                    chunks.push(self.chunk(json!({}), Some(finish)));
-                }
-            }
+        if (candidate.is_some() || blocked)
+            && let Some(finish) = finish_reason(candidate, self.calls > 0)
+            && !self.finished
+        {
+            self.finished = true;
+            chunks.push(self.chunk(json!({}), Some(finish)));
         }
         StreamState::Open
     }

@@ -76,10 +76,10 @@ pub fn to_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rej
             out.insert(field.into(), value.clone());
         }
     }
-    if let Some(stops) = request.get("stop_sequences").and_then(Value::as_array) {
-        if !stops.is_empty() {
-            out.insert("stop".into(), Value::Array(stops.clone()));
-        }
+    if let Some(stops) = request.get("stop_sequences").and_then(Value::as_array)
+        && !stops.is_empty()
+    {
+        out.insert("stop".into(), Value::Array(stops.clone()));
     }
     if let Some(user) = request
         .get("metadata")

@@ -48,7 +48,8 @@ pub fn adjust(compat: Compat, body: &mut Map<String, Value>) -> Result<(), Rejec
             let top = body.remove("top_logprobs").and_then(|v| v.as_u64());
             match body.remove("logprobs") {
                 Some(Value::Bool(true)) => {
-                    body.insert("logprobs".into(), top.unwrap_or(1).into());
+                    let count = top.filter(|k| *k > 0).unwrap_or(1);
+                    body.insert("logprobs".into(), count.into());
                 }
                 Some(Value::Bool(false)) | None => {}
                 Some(other) => {
@@ -74,9 +75,14 @@ fn rename(body: &mut Map<String, Value>, from: &str, to: &str) {
 }
 
 fn refuse(body: &Map<String, Value>, compat: Compat, fields: &[&str]) -> Result<(), Rejection> {
+    // Asked for: not absent, null, false, 0 or empty.
     let set = |field: &&&str| {
-        body.get(**field)
-            .is_some_and(|v| !v.is_null() && *v != false)
+        body.get(**field).is_some_and(|v| match v {
+            Value::Null | Value::Bool(false) => false,
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            Value::Object(map) => !map.is_empty(),
+            _ => true,
+        })
     };
     match fields.iter().find(set) {
         Some(field) => Err(Rejection::new(
@@ -172,6 +178,11 @@ mod tests {
         );
         let bias = adjusted(Compat::Groq, json!({"logit_bias": {"1": 2}})).unwrap_err();
         assert_eq!(bias.param.as_deref(), Some("logit_bias"));
+        let unasked = json!({"top_logprobs": 0, "logit_bias": {}, "logprobs": false});
+        assert!(
+            adjusted(Compat::Groq, unasked).is_ok(),
+            "empty or zero is not asked for"
+        );
         let named = json!({"n": 1, "messages": [{"role": "user", "content": "hi", "name": "ann"}]});
         assert_eq!(
             adjusted(Compat::Groq, named).unwrap(),

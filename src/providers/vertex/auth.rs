@@ -59,16 +59,19 @@ impl GoogleTokens {
 
     /// The provider refused `lease`'s token: it is dropped, unless a newer one replaced it.
     pub fn refused(&self, provider: &Provider, lease: &KeyLease) {
-        let Some(settings) = provider.vertex.clone() else {
+        let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(source) = sources.get(provider.id.as_str()).cloned() else {
             return;
         };
-        let source = self.source(provider, settings);
+        drop(sources);
         let current = source.current.load_full();
         if let Some(token) = current.filter(|t| t.as_str() == lease.secret.expose()) {
+            // The provider first: a refresh in between must not get the refused token back
+            // from its cache.
+            *source.provider.lock().unwrap_or_else(|e| e.into_inner()) = None;
             source
                 .current
                 .compare_and_swap(&Some(token), None::<Arc<Token>>);
-            *source.provider.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 
@@ -76,7 +79,9 @@ impl GoogleTokens {
         let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
         let id: Arc<str> = Arc::from(provider.id.as_str());
         match sources.get(&id) {
-            Some(source) if Arc::ptr_eq(&source.settings, &settings) => source.clone(),
+            // Compared by value: a reload makes new settings, and an unchanged provider keeps
+            // its token.
+            Some(source) if same(&source.settings, &settings) => source.clone(),
             _ => {
                 let source = Arc::new(Source {
                     settings,
@@ -128,6 +133,17 @@ impl Source {
         self.current.store(Some(token.clone()));
         Ok(token)
     }
+}
+
+fn same(a: &VertexSettings, b: &VertexSettings) -> bool {
+    let credentials = match (&a.credentials, &b.credentials) {
+        (GoogleCredentials::ServiceAccount(a), GoogleCredentials::ServiceAccount(b)) => {
+            a.expose() == b.expose()
+        }
+        (GoogleCredentials::Default, GoogleCredentials::Default) => true,
+        _ => false,
+    };
+    credentials && a.project == b.project && a.location == b.location
 }
 
 async fn make_provider(

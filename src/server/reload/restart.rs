@@ -54,9 +54,8 @@ pub fn keep_running(running: &Config, mut new: Config) -> (Config, Vec<FieldErro
     keep!(auth.unauthorized_log_rows_per_minute);
     // Each breaker is built with its settings, and keeps its state across a reload.
     keep!(breaker);
-    // The request-log writer, its queue and journal, and the prices it costs rows with.
+    // The request-log writer, its queue and journal.
     keep!(log);
-    keep!(prices);
     // The admin token is read once; the scorecard permits are counted once.
     keep!(admin.token_file);
     keep!(admin.max_concurrent_scorecards);

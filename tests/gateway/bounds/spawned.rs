@@ -64,10 +64,10 @@ impl Spawned {
         let (said, hear) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("addr=").nth(1) {
-                    if line.contains("switchyard listening") {
-                        let _ = said.send(addr.trim().to_owned());
-                    }
+                if let Some(addr) = line.split("addr=").nth(1)
+                    && line.contains("switchyard listening")
+                {
+                    let _ = said.send(addr.trim().to_owned());
                 }
             }
         });
