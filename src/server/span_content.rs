@@ -37,7 +37,13 @@ pub fn answered(record: &mut RequestRecord, kind: (Operation, ClientFormat), bod
     };
     if let (None, Some(field)) = (detail.content_room, reason_field(kind)) {
         // Only the finish reasons: read off the bytes, not a parsed tree.
-        detail.finish_reasons = scan_reasons(body, field).collect();
+        let mut reasons: Vec<String> = scan_reasons(body, field).collect();
+        if kind.1 == ClientFormat::Anthropic {
+            // A message has one, after its content, where a tool's input (an object) may
+            // hold a key of the same name.
+            reasons.drain(..reasons.len().saturating_sub(1));
+        }
+        detail.finish_reasons = reasons;
         return;
     }
     if let Ok(answer) = serde_json::from_slice::<Value>(body) {
@@ -471,6 +477,21 @@ data: {"choices":[{"index":1,"delta":{},"finish_reason":"length"}]}
         assert_eq!(reasons, ["end_turn"]);
         let escaped = br#"{"finish_reason":"st\"op"}"#;
         assert_eq!(scan_reasons(escaped, b"\"finish_reason\"").count(), 0);
+    }
+
+    #[test]
+    fn a_messages_own_stop_reason_is_read_not_a_tool_inputs_key_of_that_name() {
+        let mut record = RequestRecord::new("r".into(), false);
+        record.detail = Some(Box::default());
+        let message = br#"{"type":"message","content":[{"type":"tool_use","id":"t","name":"f",
+            "input":{"stop_reason":"user_cancelled"}}],"stop_reason":"tool_use"}"#;
+        answered(
+            &mut record,
+            (Operation::Chat, ClientFormat::Anthropic),
+            message,
+        );
+        let reasons = &record.detail.as_ref().unwrap().finish_reasons;
+        assert_eq!(reasons, &["tool_use"]);
     }
 
     #[test]

@@ -225,3 +225,27 @@ async fn a_token_vertex_refuses_is_dropped_and_the_next_request_gets_a_fresh_one
     assert_eq!(header(&served, "x-switchyard-step"), "0");
     assert_eq!(fake.token_requests(), 2);
 }
+
+#[tokio::test]
+async fn requests_that_wait_on_a_failing_refresh_share_its_failure() {
+    let fake = vertex_fake(Duration::from_secs(3600), vec![]).await;
+    let openai = scripted("openai", []).await;
+    let dir = TempDir::new();
+    let mut wrong: Value =
+        serde_json::from_str(&std::fs::read_to_string(key_file(&dir, &fake)).unwrap()).unwrap();
+    wrong["private_key"] = json!(include_str!("../fixtures/vertex-unknown-key.pem"));
+    let wrong_path = dir.0.join("wrong.json");
+    std::fs::write(&wrong_path, wrong.to_string()).unwrap();
+    let gateway = vertex(&fake, &wrong_path.display().to_string())
+        .provider("openai", &openai)
+        .route("r", &[("v", "gemini-2.5-flash"), ("openai", "gpt")], "")
+        .start()
+        .await;
+    let body = chat("r");
+    let answers = join_all((0..20).map(|_| post(&gateway, &body))).await;
+    assert!(answers.iter().all(|a| a.status() == 200), "all fell back");
+    // gcp_auth tries a refused grant five times; the twenty requests share those tries
+    // instead of making five each, one after another.
+    let tries = fake.token_requests();
+    assert!(tries <= 10, "{tries} token requests for 20 requests");
+}

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arc_swap::ArcSwapOption;
 use gcp_auth::{CustomServiceAccount, Token, TokenProvider};
@@ -35,6 +36,10 @@ struct Source {
     current: ArcSwapOption<Token>,
     /// Held by the one refresh in flight.
     refreshing: tokio::sync::Mutex<()>,
+    /// When the last refresh failed, and why: the callers that waited on it share its failure
+    /// rather than each trying again (gcp_auth tries a refused grant five times, sleeping
+    /// between tries).
+    failed: Mutex<Option<(Instant, String)>>,
 }
 
 /// Why no token could be had; secret-free.
@@ -88,6 +93,7 @@ impl GoogleTokens {
                     provider: Mutex::new(None),
                     current: ArcSwapOption::empty(),
                     refreshing: tokio::sync::Mutex::new(()),
+                    failed: Mutex::new(None),
                 });
                 sources.insert(id, source.clone());
                 source
@@ -102,7 +108,17 @@ impl Source {
         if let Some(token) = seen.as_ref().filter(|t| !t.has_expired()) {
             return Ok(token.clone());
         }
+        let arrived = Instant::now();
         let _refreshing = self.refreshing.lock().await;
+        // A refresh that failed while this one waited fails it too.
+        let failed = self
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some((_, why)) = failed.filter(|(at, _)| *at >= arrived) {
+            return Err(TokenError(why));
+        }
         // A refresh that finished while this one waited serves it too.
         let now = self.current.load_full();
         let refreshed = match (&seen, &now) {
@@ -113,6 +129,21 @@ impl Source {
         if let (true, Some(token)) = (refreshed, now) {
             return Ok(token);
         }
+        match self.refresh().await {
+            Ok(token) => {
+                self.current.store(Some(token.clone()));
+                Ok(token)
+            }
+            Err(TokenError(why)) => {
+                let failed = Some((Instant::now(), why.clone()));
+                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = failed;
+                Err(TokenError(why))
+            }
+        }
+    }
+
+    /// A new token, from the provider made for these credentials (made now if need be).
+    async fn refresh(&self) -> Result<Arc<Token>, TokenError> {
         let made = self
             .provider
             .lock()
@@ -126,12 +157,10 @@ impl Source {
                 provider
             }
         };
-        let token = provider
+        provider
             .token(SCOPES)
             .await
-            .map_err(|e| TokenError(e.to_string()))?;
-        self.current.store(Some(token.clone()));
-        Ok(token)
+            .map_err(|e| TokenError(e.to_string()))
     }
 }
 
