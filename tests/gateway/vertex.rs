@@ -46,6 +46,26 @@ fn key_file(dir: &TempDir, fake: &FakeHandle) -> String {
     path.display().to_string()
 }
 
+/// A key file like [`key_file`]'s, signed by a key the fake's public key does not match.
+fn wrong_key_file(dir: &TempDir, fake: &FakeHandle) -> String {
+    let mut key: Value =
+        serde_json::from_str(&std::fs::read_to_string(key_file(dir, fake)).unwrap()).unwrap();
+    key["private_key"] = json!(include_str!("../fixtures/vertex-unknown-key.pem"));
+    let path = dir.0.join("wrong.json");
+    std::fs::write(&path, key.to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// Route `r`: Vertex's `gemini-2.5-flash` at `fake` (with the key file at `credentials`),
+/// then `openai`.
+async fn falling_back(fake: &FakeHandle, credentials: &str, openai: &FakeHandle) -> Gateway {
+    vertex(fake, credentials)
+        .provider("openai", openai)
+        .route("r", &[("v", "gemini-2.5-flash"), ("openai", "gpt")], "")
+        .start()
+        .await
+}
+
 /// A Vertex provider `v` at `fake`, with the key file at `credentials`.
 fn vertex(fake: &FakeHandle, credentials: &str) -> TestGateway {
     TestGateway::new()
@@ -172,16 +192,7 @@ async fn a_key_the_token_endpoint_refuses_or_a_failing_vertex_falls_back() {
     let openai = scripted("openai", []).await;
     let dir = TempDir::new();
     // First a key whose signature the fake's public key does not verify.
-    let mut wrong: Value =
-        serde_json::from_str(&std::fs::read_to_string(key_file(&dir, &fake)).unwrap()).unwrap();
-    wrong["private_key"] = json!(include_str!("../fixtures/vertex-unknown-key.pem"));
-    let wrong_path = dir.0.join("wrong.json");
-    std::fs::write(&wrong_path, wrong.to_string()).unwrap();
-    let gateway = vertex(&fake, &wrong_path.display().to_string())
-        .provider("openai", &openai)
-        .route("r", &[("v", "gemini-2.5-flash"), ("openai", "gpt")], "")
-        .start()
-        .await;
+    let gateway = falling_back(&fake, &wrong_key_file(&dir, &fake), &openai).await;
     let response = post(&gateway, &chat("r")).await;
     assert_eq!(response.status(), 200);
     assert_eq!(header(&response, "x-switchyard-step"), "1");
@@ -189,11 +200,7 @@ async fn a_key_the_token_endpoint_refuses_or_a_failing_vertex_falls_back() {
     assert_eq!(fake.calls(), 0, "no token, no request");
 
     // Then the right key, and Vertex answering 503 once: a stream falls back too.
-    let right = vertex(&fake, &key_file(&dir, &fake))
-        .provider("openai", &openai)
-        .route("r", &[("v", "gemini-2.5-flash"), ("openai", "gpt")], "")
-        .start()
-        .await;
+    let right = falling_back(&fake, &key_file(&dir, &fake), &openai).await;
     let streamed = post(&right, &chat_stream("r")).await;
     assert_eq!(streamed.status(), 200);
     assert_eq!(header(&streamed, "x-switchyard-step"), "1");
@@ -208,11 +215,7 @@ async fn a_token_vertex_refuses_is_dropped_and_the_next_request_gets_a_fresh_one
     let fake = vertex_fake(Duration::from_secs(3600), vec![]).await;
     let openai = scripted("openai", []).await;
     let dir = TempDir::new();
-    let gateway = vertex(&fake, &key_file(&dir, &fake))
-        .provider("openai", &openai)
-        .route("r", &[("v", "gemini-2.5-flash"), ("openai", "gpt")], "")
-        .start()
-        .await;
+    let gateway = falling_back(&fake, &key_file(&dir, &fake), &openai).await;
     assert_eq!(
         header(&post(&gateway, &chat("r")).await, "x-switchyard-step"),
         "0"
@@ -231,16 +234,7 @@ async fn requests_that_wait_on_a_failing_refresh_share_its_failure() {
     let fake = vertex_fake(Duration::from_secs(3600), vec![]).await;
     let openai = scripted("openai", []).await;
     let dir = TempDir::new();
-    let mut wrong: Value =
-        serde_json::from_str(&std::fs::read_to_string(key_file(&dir, &fake)).unwrap()).unwrap();
-    wrong["private_key"] = json!(include_str!("../fixtures/vertex-unknown-key.pem"));
-    let wrong_path = dir.0.join("wrong.json");
-    std::fs::write(&wrong_path, wrong.to_string()).unwrap();
-    let gateway = vertex(&fake, &wrong_path.display().to_string())
-        .provider("openai", &openai)
-        .route("r", &[("v", "gemini-2.5-flash"), ("openai", "gpt")], "")
-        .start()
-        .await;
+    let gateway = falling_back(&fake, &wrong_key_file(&dir, &fake), &openai).await;
     let body = chat("r");
     let answers = join_all((0..20).map(|_| post(&gateway, &body))).await;
     assert!(answers.iter().all(|a| a.status() == 200), "all fell back");
