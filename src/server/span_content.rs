@@ -37,7 +37,7 @@ pub fn answered(record: &mut RequestRecord, kind: (Operation, ClientFormat), bod
     };
     if let (None, Some(field)) = (detail.content_room, reason_field(kind)) {
         // Only the finish reasons: read off the bytes, not a parsed tree.
-        let mut reasons: Vec<String> = scan_reasons(body, field).collect();
+        let mut reasons = scan_reasons(body, field);
         if kind.1 == ClientFormat::Anthropic {
             // A message has one, after its content, where a tool's input (an object) may
             // hold a key of the same name.
@@ -126,12 +126,11 @@ fn reason_field((operation, format): (Operation, ClientFormat)) -> Option<&'stat
 
 /// Each string value of `field` in `json`, in order (`null`s skipped). Finish reasons are
 /// plain words, so a string with an escape is passed over rather than decoded.
-fn scan_reasons<'a>(json: &'a [u8], field: &'a [u8]) -> impl Iterator<Item = String> + 'a {
-    let finder = memchr::memmem::Finder::new(field);
-    scan_with(json, &finder).collect::<Vec<_>>().into_iter()
+fn scan_reasons(json: &[u8], field: &[u8]) -> Vec<String> {
+    scan_with(json, &memchr::memmem::Finder::new(field)).collect()
 }
 
-/// [`scan_reasons`] with a finder already built.
+/// [`scan_reasons`] with a finder already built (once a stream, not once an event).
 fn scan_with<'a>(
     json: &'a [u8],
     finder: &'a memchr::memmem::Finder<'_>,
@@ -470,13 +469,13 @@ mod tests {
 data: {"choices":[{"index":1,"delta":{},"finish_reason":"length"}]}
 
 "#;
-        let reasons: Vec<String> = scan_reasons(chunk, b"\"finish_reason\"").collect();
+        let reasons = scan_reasons(chunk, b"\"finish_reason\"");
         assert_eq!(reasons, ["stop", "length"]);
         let message = br#"{"type":"message_start","message":{"stop_reason":null}} {"delta":{"stop_reason":"end_turn"}}"#;
-        let reasons: Vec<String> = scan_reasons(message, b"\"stop_reason\"").collect();
+        let reasons = scan_reasons(message, b"\"stop_reason\"");
         assert_eq!(reasons, ["end_turn"]);
         let escaped = br#"{"finish_reason":"st\"op"}"#;
-        assert_eq!(scan_reasons(escaped, b"\"finish_reason\"").count(), 0);
+        assert!(scan_reasons(escaped, b"\"finish_reason\"").is_empty());
     }
 
     #[test]
