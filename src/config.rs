@@ -402,6 +402,8 @@ pub enum ProviderKind {
     /// Google Cloud's Vertex AI: Gemini models in Gemini's format, Anthropic's in Anthropic's,
     /// with Google auth.
     Vertex,
+    /// AWS Bedrock's Converse API, signed with SigV4.
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -413,6 +415,7 @@ impl ProviderKind {
             ProviderKind::Gemini => "gemini",
             ProviderKind::Azure => "azure",
             ProviderKind::Vertex => "vertex",
+            ProviderKind::Bedrock => "bedrock",
         }
     }
 }
@@ -435,6 +438,36 @@ pub enum GoogleCredentials {
     /// Application Default Credentials: `GOOGLE_APPLICATION_CREDENTIALS`, gcloud's, then the
     /// metadata server (workload identity).
     Default,
+}
+
+/// Where a `kind = "bedrock"` provider's models live, and whose AWS credentials sign for it.
+#[derive(Clone, Debug)]
+pub struct BedrockSettings {
+    /// The AWS region (`us-east-1`): the endpoint's, and the signature's.
+    pub region: String,
+    pub credentials: AwsCredentialSource,
+}
+
+/// Where a Bedrock provider's AWS credentials come from.
+#[derive(Clone, Debug)]
+pub enum AwsCredentialSource {
+    /// The provider's own `access_key_id_env`, `secret_access_key_env` and
+    /// `session_token_env`, read at load: secrets.
+    Keys {
+        access_key_id: crate::secret::Secret,
+        secret_access_key: crate::secret::Secret,
+        session_token: Option<crate::secret::Secret>,
+    },
+    /// A shared credentials file of the provider's own (`credentials_file`), at `profile`
+    /// (else `default`): keys, or a role to assume with them.
+    File {
+        path: std::path::PathBuf,
+        profile: Option<String>,
+    },
+    /// AWS's default chain: the `AWS_*` environment variables, the shared credentials and
+    /// config files (`profile`, else `AWS_PROFILE`, else `default`), web identity (EKS),
+    /// then the ECS and EC2 metadata endpoints.
+    Chain { profile: Option<String> },
 }
 
 #[derive(Clone, Debug)]
@@ -464,6 +497,8 @@ pub struct Provider {
     pub forward_headers: Vec<http::HeaderName>,
     /// vertex: its project, location and credentials.
     pub vertex: Option<Arc<VertexSettings>>,
+    /// bedrock: its region and credentials.
+    pub bedrock: Option<Arc<BedrockSettings>>,
     /// openai: the OpenAI-compatible vendor or server it is, whose base URL it defaults to
     /// and whose quirks its requests are adjusted for.
     pub compat: Option<Compat>,

@@ -1,7 +1,8 @@
 //! A scriptable fake provider over real HTTP, for tests, the demo and the benchmark.
 //!
-//! It speaks OpenAI chat completions and the Responses API, Anthropic messages and Gemini generateContent (JSON and
-//! SSE, chosen by the request's path), and both embeddings shapes. Each request takes the next behaviour of
+//! It speaks OpenAI chat completions and the Responses API, Anthropic messages, Gemini
+//! generateContent (JSON and SSE, chosen by the request's path), Bedrock's Converse (JSON and
+//! AWS's event stream), and both embeddings shapes. Each request takes the next behaviour of
 //! its script: a status, headers, a delay, a stream of chunks with pauses, a dropped
 //! connection or a malformed body. It counts calls, records what it received, and tracks
 //! open connections and cancelled streams so tests can wait on events instead of sleeping.
@@ -19,6 +20,7 @@
 //! ```
 
 mod answer;
+mod bedrock;
 mod behavior;
 mod google;
 mod responses;
@@ -36,6 +38,7 @@ pub struct FakeUpstream {
     required_key: Option<String>,
     http2_max_streams: Option<u32>,
     google: Option<google::GoogleIssuer>,
+    aws: Option<bedrock::AwsAccount>,
 }
 
 impl FakeUpstream {
@@ -47,6 +50,7 @@ impl FakeUpstream {
             required_key: None,
             http2_max_streams: None,
             google: None,
+            aws: None,
         }
     }
 
@@ -87,6 +91,24 @@ impl FakeUpstream {
         self
     }
 
+    /// AWS auth, as Bedrock has it: every Bedrock request must be signed (SigV4, service
+    /// `bedrock`, any region) with these credentials, and carry `session_token` when given,
+    /// or is refused as AWS refuses it (403 `UnrecognizedClientException` for another key,
+    /// `InvalidSignatureException` for a wrong signature or a time more than 5 minutes off).
+    pub fn aws_credentials(
+        mut self,
+        access_key_id: &str,
+        secret_access_key: &str,
+        session_token: Option<&str>,
+    ) -> FakeUpstream {
+        self.aws = Some(bedrock::AwsAccount::new(
+            access_key_id,
+            secret_access_key,
+            session_token,
+        ));
+        self
+    }
+
     /// Allows an HTTP/2 client at most `streams` streams at once on a connection (its
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`; hyper's default is 200).
     pub fn http2_max_streams(mut self, streams: u32) -> FakeUpstream {
@@ -109,6 +131,7 @@ impl FakeUpstream {
             self.required_key,
             self.http2_max_streams,
             self.google,
+            self.aws,
         ))
     }
 }

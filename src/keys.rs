@@ -24,6 +24,9 @@ pub struct KeyLease {
     /// The key's id, safe to log.
     pub id: Arc<str>,
     pub secret: Secret,
+    /// A Bedrock step's AWS credentials, which sign its request; `secret` is then their
+    /// secret access key, scrubbed from answers as a key is. Their `Debug` redacts them.
+    pub aws: Option<Arc<aws_credential_types::Credentials>>,
 }
 
 struct ProviderKey {
@@ -86,6 +89,7 @@ impl KeyRing {
                 lease: KeyLease {
                     id: Arc::from(key.id.as_str()),
                     secret: key.secret,
+                    aws: None,
                 },
                 version: key.version,
                 expires_ms: key.expires_ms,
@@ -112,6 +116,7 @@ impl KeyRing {
             lease: KeyLease {
                 id: Arc::from(id),
                 secret,
+                aws: None,
             },
             version: 0,
             expires_ms: None,
@@ -209,6 +214,7 @@ mod tests {
         let lease = KeyLease {
             id: Arc::from("main"),
             secret: Secret::new("sk-very-secret"),
+            aws: None,
         };
         assert!(!format!("{lease:?}").contains("sk-very-secret"));
     }

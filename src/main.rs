@@ -144,6 +144,11 @@ enum Command {
         /// How long the Google tokens it grants last, in seconds.
         #[arg(long, default_value_t = 3600)]
         google_token_seconds: u64,
+        /// AWS auth, as Bedrock has it: Bedrock requests must be signed (SigV4) with these
+        /// credentials, `ACCESS_KEY_ID:SECRET_ACCESS_KEY`, or `…:SESSION_TOKEN` for temporary
+        /// ones, which requests must then carry.
+        #[arg(long, value_name = "AKID:SECRET[:TOKEN]")]
+        aws_credentials: Option<String>,
     },
 }
 
@@ -401,6 +406,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             require_key,
             google_public_key,
             google_token_seconds,
+            aws_credentials,
         } => {
             let script = match script {
                 Some(script) => parse_script(&script)?,
@@ -419,6 +425,17 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     .context("the Google public key is not base64")?;
                 let lifetime = std::time::Duration::from_secs(google_token_seconds);
                 fake = fake.google_auth(der, lifetime);
+            }
+            if let Some(credentials) = aws_credentials {
+                // Secret keys and session tokens are base64 and never hold a `:`.
+                let mut parts = credentials.splitn(3, ':');
+                let mut part = || parts.next().filter(|part| !part.is_empty());
+                let (Some(key), Some(secret)) = (part(), part()) else {
+                    anyhow::bail!(
+                        "--aws-credentials takes ACCESS_KEY_ID:SECRET_ACCESS_KEY[:TOKEN]"
+                    );
+                };
+                fake = fake.aws_credentials(key, secret, part());
             }
             let fake = fake.start_on(listen).await?;
             println!("fake upstream `{name}` on {}", fake.base_url());

@@ -9,12 +9,14 @@
 
 pub mod anthropic;
 pub mod azure;
+pub mod bedrock;
 pub mod body;
 pub mod chat_chunks;
 pub mod gemini;
 pub mod inbound_messages;
 pub mod openai;
 pub mod outbound;
+pub mod refresh;
 pub mod responses;
 pub mod sse;
 pub mod stream;
@@ -169,6 +171,7 @@ pub fn adapter(kind: ProviderKind, model: &str) -> &'static dyn Adapter {
         ProviderKind::Gemini => &gemini::GeminiAdapter,
         ProviderKind::Azure => &azure::AzureAdapter,
         ProviderKind::Vertex => vertex::adapter_for(model),
+        ProviderKind::Bedrock => &bedrock::BedrockAdapter,
     }
 }
 
@@ -188,13 +191,19 @@ pub fn adapter_for(provider: &Provider, model: &str, operation: Operation) -> &'
 ///
 /// Gemini and Azure put the model into the URL path, where `/`, `..`, `?` or `#` would
 /// steer the request (and the operator's key) to another endpoint; the others carry it in
-/// the JSON body, where `vendor/model` names are normal. No kind takes control characters.
+/// the JSON body, where `vendor/model` names are normal. Bedrock's path holds the model
+/// percent-encoded whole, `/` and all (an inference profile's ARN has one), so only a name
+/// that is a dot segment could steer it. No kind takes control characters.
 pub fn check_model_name(kind: ProviderKind, model: &str) -> Result<(), &'static str> {
     if model.chars().any(char::is_control) {
         return Err("the model name may not contain control characters");
     }
     let in_path = match kind {
         ProviderKind::OpenAi | ProviderKind::Anthropic => return Ok(()),
+        ProviderKind::Bedrock if matches!(model, "." | "..") => {
+            return Err("the model name may not be `.` or `..` for this provider");
+        }
+        ProviderKind::Bedrock => return Ok(()),
         ProviderKind::Gemini => model.strip_prefix("models/").unwrap_or(model),
         ProviderKind::Azure | ProviderKind::Vertex => model,
     };

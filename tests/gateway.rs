@@ -12,6 +12,7 @@ mod gateway {
     pub mod support;
 
     mod access;
+    mod bedrock;
     pub mod bounds;
     mod breaker_judgement;
     mod breakers;

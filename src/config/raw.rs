@@ -256,11 +256,18 @@ pub struct RawProvider {
     pub project: Option<String>,
     pub location: Option<String>,
     /// vertex: a service account's JSON key, in a file or in an environment variable
-    /// (default: Application Default Credentials).
+    /// (default: Application Default Credentials). bedrock: a shared credentials file.
     pub credentials_file: Option<String>,
     pub credentials_env: Option<String>,
     /// openai: a known OpenAI-compatible vendor or server (`groq`, `ollama`, ...).
     pub compat: Option<String>,
+    /// bedrock: the AWS region, and where its credentials come from: the environment
+    /// variables named here, else AWS's default chain (with `profile`, if set).
+    pub region: Option<String>,
+    pub access_key_id_env: Option<String>,
+    pub secret_access_key_env: Option<String>,
+    pub session_token_env: Option<String>,
+    pub profile: Option<String>,
 }
 
 /// `health_check = { every = "10s" }`.

@@ -1,6 +1,7 @@
 //! Turns a [`RawConfig`] into a [`Config`], collecting every error with its field path.
 
 mod access;
+mod bedrock;
 mod breaker;
 mod budgets;
 mod cache;
@@ -342,11 +343,12 @@ fn providers(
             "gemini" => ProviderKind::Gemini,
             "azure" => ProviderKind::Azure,
             "vertex" => ProviderKind::Vertex,
+            "bedrock" => ProviderKind::Bedrock,
             other => {
                 errors.add(
                     format!("providers[{i}].kind"),
                     format!(
-                        "`{other}` is not one of `openai`, `anthropic`, `gemini`, `azure`, `vertex`"
+                        "`{other}` is not one of `openai`, `anthropic`, `gemini`, `azure`, `vertex`, `bedrock`"
                     ),
                 );
                 errors.invalid_providers.insert(p.name);
@@ -383,11 +385,28 @@ fn providers(
         let vertex_fields = [
             ("project", p.project.is_some()),
             ("location", p.location.is_some()),
-            ("credentials_file", p.credentials_file.is_some()),
             ("credentials_env", p.credentials_env.is_some()),
         ];
         for (field, set) in vertex_fields {
             only_for(errors, field, set, ProviderKind::Vertex);
+        }
+        if p.credentials_file.is_some()
+            && !matches!(kind, ProviderKind::Vertex | ProviderKind::Bedrock)
+        {
+            errors.add(
+                format!("providers[{i}].credentials_file"),
+                "only applies to kind = \"vertex\" or \"bedrock\"",
+            );
+        }
+        let bedrock_fields = [
+            ("region", p.region.is_some()),
+            ("access_key_id_env", p.access_key_id_env.is_some()),
+            ("secret_access_key_env", p.secret_access_key_env.is_some()),
+            ("session_token_env", p.session_token_env.is_some()),
+            ("profile", p.profile.is_some()),
+        ];
+        for (field, set) in bedrock_fields {
+            only_for(errors, field, set, ProviderKind::Bedrock);
         }
         let compat = match p.compat.as_deref() {
             None => None,
@@ -418,6 +437,17 @@ fn providers(
             }
             _ => None,
         };
+        let bedrock = match kind {
+            ProviderKind::Bedrock => {
+                let env = |name: &str| std::env::var(name).ok();
+                let Some(settings) = bedrock::settings(errors, i, &p, &env) else {
+                    errors.invalid_providers.insert(p.name);
+                    continue;
+                };
+                Some(settings)
+            }
+            _ => None,
+        };
         if p.default_max_tokens == Some(0) {
             errors.add(
                 format!("providers[{i}].default_max_tokens"),
@@ -432,10 +462,11 @@ fn providers(
                 errors.add(format!("providers[{i}].{field}"), "must not be empty");
             }
         }
-        let kind_default = match (&vertex, compat) {
-            (Some(settings), _) => Some(vertex::default_base_url(&settings.location)),
-            (None, Some(compat)) => Some(compat.base_url().to_owned()),
-            (None, None) => default_base_url(kind).map(str::to_owned),
+        let kind_default = match (&vertex, &bedrock, compat) {
+            (Some(settings), _, _) => Some(vertex::default_base_url(&settings.location)),
+            (_, Some(settings), _) => Some(bedrock::default_base_url(&settings.region)),
+            (None, None, Some(compat)) => Some(compat.base_url().to_owned()),
+            (None, None, None) => default_base_url(kind).map(str::to_owned),
         };
         let base_url = match (p.base_url, kind_default) {
             (Some(url), _) => url,
@@ -499,11 +530,13 @@ fn providers(
             id: ProviderId(Arc::from(p.name.as_str())),
             kind,
             base_url: base_url.trim_end_matches('/').to_string(),
-            // Vertex proves who it is with Google's access tokens, not a stored key; a local
-            // server takes no key unless it was started with one.
-            key_required: p
-                .key_required
-                .unwrap_or(kind != ProviderKind::Vertex && !compat.is_some_and(Compat::local)),
+            // Vertex proves who it is with Google's access tokens and Bedrock with AWS
+            // signatures, not a stored key; a local server takes no key unless it was started
+            // with one.
+            key_required: p.key_required.unwrap_or(
+                !matches!(kind, ProviderKind::Vertex | ProviderKind::Bedrock)
+                    && !compat.is_some_and(Compat::local),
+            ),
             api_key_env: p.api_key_env,
             default_max_tokens: p.default_max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
             anthropic_version: p
@@ -523,6 +556,7 @@ fn providers(
                 None => forward_by_default.to_vec(),
             },
             vertex,
+            bedrock,
             compat,
         });
     }
@@ -541,7 +575,7 @@ fn default_base_url(kind: ProviderKind) -> Option<&'static str> {
         ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
         ProviderKind::Anthropic => Some("https://api.anthropic.com"),
         ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com"),
-        ProviderKind::Azure | ProviderKind::Vertex => None,
+        ProviderKind::Azure | ProviderKind::Vertex | ProviderKind::Bedrock => None,
     }
 }
 

@@ -3,8 +3,9 @@
 //! One fake speaks every shape, chosen by path: `…/chat/completions` is OpenAI's (Azure's
 //! deployment URLs end the same way), `…/v1/messages` Anthropic's, `…:generateContent` and
 //! `…:streamGenerateContent` Gemini's; `…/embeddings`, `…:embedContent` and
-//! `…:batchEmbedContents` are embeddings. A completion is the same text (and tool calls)
-//! whatever the shape, whole or cut into `chunks` stream events.
+//! `…:batchEmbedContents` are embeddings; `…/model/{id}/converse` and `…/converse-stream` are
+//! Bedrock's. A completion is the same text (and tool calls) whatever the shape, whole or cut
+//! into `chunks` stream events.
 
 use bytes::Bytes;
 use serde_json::{Value, json};
@@ -19,6 +20,8 @@ pub enum Shape {
     Responses,
     Anthropic,
     Gemini,
+    /// Bedrock's Converse API; its stream is in AWS's event stream framing.
+    Bedrock,
 }
 
 /// What a request's path asks for.
@@ -73,6 +76,14 @@ pub fn route(path: &str) -> Option<Route> {
             path_stream: path.ends_with(":streamGenerateContent"),
         });
     }
+    if path.contains("/model/")
+        && (path.ends_with("/converse") || path.ends_with("/converse-stream"))
+    {
+        return Some(Route::Chat {
+            shape: Shape::Bedrock,
+            path_stream: path.ends_with("/converse-stream"),
+        });
+    }
     if path.ends_with("/embeddings") {
         return Some(Route::Embeddings(Shape::OpenAi));
     }
@@ -86,6 +97,17 @@ pub fn route(path: &str) -> Option<Route> {
 pub fn path_model(path: &str) -> Option<&str> {
     let (_, rest) = path.rsplit_once("/models/")?;
     rest.split(':').next()
+}
+
+/// Bedrock names the model in the path, percent-encoded: `/model/{modelId}/converse`.
+pub fn converse_model(path: &str) -> Option<String> {
+    let (_, rest) = path.rsplit_once("/model/")?;
+    let encoded = rest.split('/').next()?;
+    Some(
+        percent_encoding::percent_decode_str(encoded)
+            .decode_utf8_lossy()
+            .into_owned(),
+    )
 }
 
 /// Anthropic's token count for a request: the fake's rough count of its messages.
@@ -157,6 +179,7 @@ impl Completion {
             Shape::Gemini => path_model(path).map(str::to_owned),
             // Vertex names an Anthropic model in the path, not the body.
             Shape::Anthropic if path.ends_with("Predict") => path_model(path).map(str::to_owned),
+            Shape::Bedrock => converse_model(path),
             _ => request
                 .get("model")
                 .and_then(Value::as_str)
@@ -164,13 +187,14 @@ impl Completion {
         };
         let stream = match shape {
             Shape::Gemini => path.ends_with(":streamGenerateContent"),
+            Shape::Bedrock => path.ends_with("/converse-stream"),
             _ => request.get("stream").and_then(Value::as_bool) == Some(true),
         };
         let id = match shape {
             Shape::OpenAi => format!("chatcmpl-{name}-{call}"),
             Shape::Responses => format!("resp_{name}_{call}"),
             Shape::Anthropic => format!("msg_{name}_{call}"),
-            Shape::Gemini => format!("{name}-{call}"),
+            Shape::Gemini | Shape::Bedrock => format!("{name}-{call}"),
         };
         Completion {
             shape,
@@ -191,7 +215,7 @@ impl Completion {
         }
     }
 
-    fn completion_tokens(&self) -> u64 {
+    pub(super) fn completion_tokens(&self) -> u64 {
         self.content.split_whitespace().count() as u64
     }
 
@@ -221,6 +245,7 @@ impl Completion {
     pub fn whole(&self) -> Value {
         match self.shape {
             Shape::Responses => self.responses_whole(),
+            Shape::Bedrock => self.bedrock_whole(),
             Shape::OpenAi => {
                 let mut message = json!({"role": "assistant", "content": self.content});
                 let finish = if self.tool_calls.is_empty() {
@@ -260,9 +285,10 @@ impl Completion {
         }
     }
 
-    fn call_id(&self, i: usize) -> String {
+    pub(super) fn call_id(&self, i: usize) -> String {
         match self.shape {
             Shape::Anthropic => format!("toolu_fake_{i}"),
+            Shape::Bedrock => format!("tooluse_fake_{i}"),
             _ => format!("call_fake_{i}"),
         }
     }
@@ -314,6 +340,7 @@ impl Completion {
         let piece = self.piece(i);
         match self.shape {
             Shape::Responses => self.responses_content_frames(i, &piece),
+            Shape::Bedrock => self.bedrock_content_frames(i, &piece),
             Shape::OpenAi => {
                 let delta = if i == 0 {
                     json!({"role": "assistant", "content": piece})
@@ -353,6 +380,7 @@ impl Completion {
     pub fn tail_frames(&self) -> Vec<Bytes> {
         match self.shape {
             Shape::Responses => self.responses_tail_frames(),
+            Shape::Bedrock => self.bedrock_tail_frames(),
             Shape::OpenAi => {
                 let mut frames: Vec<Bytes> = self
                     .openai_calls()
@@ -429,6 +457,7 @@ impl Completion {
     pub fn stream_error(&self, message: Option<&str>) -> Bytes {
         match self.shape {
             Shape::Responses => self.responses_stream_error(message),
+            Shape::Bedrock => self.bedrock_stream_error(message),
             Shape::OpenAi => data(&json!({"error": {
                 "message": message.unwrap_or("fake upstream failed mid-stream"),
                 "type": "server_error", "param": null, "code": "server_error"}})),
@@ -490,6 +519,8 @@ pub fn error_body(shape: Shape, status: u16) -> String {
             };
             json!({"error": {"code": status, "message": message, "status": kind}})
         }
+        // Its type goes in the `x-amzn-ErrorType` header.
+        Shape::Bedrock => json!({ "message": message }),
     }
     .to_string()
 }

@@ -38,7 +38,9 @@ pub struct Behavior {
     /// Stream: send the provider's own in-stream error event after this many content
     /// chunks (Anthropic's `overloaded_error`, for one), then close.
     pub error_after: Option<usize>,
-    /// Stream: the message of that error event, instead of the shape's default.
+    /// Stream: the message of that error event, instead of the shape's default. Bedrock's
+    /// exception type is named at its start (`"throttlingException: Too many tokens"`);
+    /// without one it is `serviceUnavailableException`.
     pub error_message: Option<String>,
     /// A 200 whose body is this many bytes of padding, made as it is sent (a stream: one
     /// event that never ends), to test how much of an answer the gateway will read.

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::answer::{self, Completion, Route, Shape};
+use super::bedrock::{self, AwsAccount};
 use super::behavior::{Behavior, Script};
 use super::google::GoogleIssuer;
 
@@ -80,6 +81,8 @@ struct FakeState {
     required_key: Option<String>,
     /// Google auth for Vertex paths, when set: the token endpoint and the tokens it issued.
     google: Option<GoogleIssuer>,
+    /// The AWS identity Bedrock requests must be signed by (SigV4), when set.
+    aws: Option<AwsAccount>,
     /// Whether answers may go out; while closed ([`FakeHandle::hold`]) every request, once
     /// counted, waits until it opens.
     gate: watch::Sender<bool>,
@@ -210,6 +213,7 @@ pub fn spawn(
     required_key: Option<String>,
     http2_max_streams: Option<u32>,
     google: Option<GoogleIssuer>,
+    aws: Option<AwsAccount>,
 ) -> FakeHandle {
     // Binding succeeded, so the local address is known.
     let addr = listener
@@ -222,6 +226,7 @@ pub fn spawn(
         stats: watch::Sender::new(FakeStats::default()),
         required_key,
         google,
+        aws,
         gate: watch::Sender::new(true),
     });
     let accept_state = state.clone();
@@ -343,6 +348,13 @@ async fn handle(
             return Ok(json_response(401, &body.to_string()));
         }
     }
+    if let (Some(aws), Route::Chat { shape, .. }) = (&state.aws, &route)
+        && *shape == Shape::Bedrock
+        && let Err(refused) = aws.check(&parts, &body)
+    {
+        state.next_behavior();
+        return Ok(bedrock_error(refused));
+    }
     let (call, behavior) = state.next_behavior();
     // Hyper drops this future when the client closes the connection while it waits.
     let unanswered = Unanswered(Some(state.clone()));
@@ -370,13 +382,21 @@ async fn handle(
             .unwrap_or_else(|| answer::error_body(shape, status));
         let streamed_ok = status == 200 && completion.stream;
         let content_type = if streamed_ok {
-            "text/event-stream"
+            stream_content_type(shape)
         } else {
             "application/json"
         };
-        raw_response(status, content_type, Bytes::from(body))
+        let mut response = raw_response(status, content_type, Bytes::from(body));
+        if shape == Shape::Bedrock && status != 200 {
+            insert_header(
+                &mut response,
+                "x-amzn-errortype",
+                &bedrock::error_type_header(status),
+            );
+        }
+        response
     } else if let Some(bytes) = behavior.body_bytes {
-        huge_response(bytes, completion.stream)
+        huge_response(bytes, completion.stream.then_some(shape))
     } else if let Route::Embeddings(shape) = route {
         json_response(200, &answer::embeddings(shape, &request).to_string())
     } else if route == Route::CountTokens {
@@ -407,14 +427,34 @@ async fn handle(
         json_response(200, &completion.whole().to_string())
     };
     for (name, value) in &behavior.headers {
-        if let (Ok(name), Ok(value)) = (
-            hyper::header::HeaderName::from_bytes(name.as_bytes()),
-            hyper::header::HeaderValue::from_str(value),
-        ) {
-            response.headers_mut().insert(name, value);
-        }
+        insert_header(&mut response, name, value);
     }
     Ok(response)
+}
+
+/// Sets a header, unless its name or value cannot be one (a scripted oddity).
+fn insert_header(response: &mut Response<FakeBody>, name: &str, value: &str) {
+    if let (Ok(name), Ok(value)) = (
+        hyper::header::HeaderName::from_bytes(name.as_bytes()),
+        hyper::header::HeaderValue::from_str(value),
+    ) {
+        response.headers_mut().insert(name, value);
+    }
+}
+
+/// The content type of a stream in `shape`.
+fn stream_content_type(shape: Shape) -> &'static str {
+    match shape {
+        Shape::Bedrock => bedrock::EVENTSTREAM,
+        _ => "text/event-stream",
+    }
+}
+
+/// A refused Bedrock request's answer: its status, `x-amzn-ErrorType` and message.
+fn bedrock_error(refused: bedrock::ErrorAnswer) -> Response<FakeBody> {
+    let mut response = json_response(refused.status, &refused.body);
+    insert_header(&mut response, "x-amzn-errortype", &refused.error_type);
+    response
 }
 
 /// Counts an answer abandoned unless [`Unanswered::answered`] is called first.
@@ -470,6 +510,7 @@ fn stream_response(
     completion: Completion,
     behavior: Behavior,
 ) -> Response<FakeBody> {
+    let content_type = stream_content_type(completion.shape);
     let (sender, receiver) = mpsc::channel::<FrameResult>(4);
     tokio::spawn(async move {
         let end = send_stream(&sender, &completion, &behavior).await;
@@ -489,7 +530,7 @@ fn stream_response(
     let mut response = Response::new(body);
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("text/event-stream"),
+        hyper::header::HeaderValue::from_static(content_type),
     );
     response
 }
@@ -573,9 +614,10 @@ async fn send_events(
     }
     let mut tail = Vec::new();
     if behavior.malformed {
-        tail.push(Bytes::from_static(
-            b"data: {\"choices\": [{\"delta\": nope\n\n",
-        ));
+        tail.push(match completion.shape {
+            Shape::Bedrock => completion.bedrock_malformed_event(),
+            _ => Bytes::from_static(b"data: {\"choices\": [{\"delta\": nope\n\n"),
+        });
     }
     tail.extend(completion.tail_frames());
     for frame in tail {
@@ -608,16 +650,15 @@ async fn send_forever(
 }
 
 /// `bytes` bytes of padding, made as they are sent so the fake holds one chunk of them; as
-/// a stream, one event that never ends.
-fn huge_response(bytes: u64, stream: bool) -> Response<FakeBody> {
+/// a stream in `stream`'s shape, one event that never ends.
+fn huge_response(bytes: u64, stream: Option<Shape>) -> Response<FakeBody> {
     const CHUNK: usize = 64 * 1024;
-    let (content_type, prefix): (&'static str, &'static [u8]) = if stream {
-        ("text/event-stream", b"data: ")
-    } else {
-        ("application/json", b"")
+    let (content_type, prefix) = match stream {
+        None => ("application/json", Bytes::new()),
+        Some(Shape::Bedrock) => (bedrock::EVENTSTREAM, bedrock::huge_prefix(bytes)),
+        Some(_) => ("text/event-stream", Bytes::from_static(b"data: ")),
     };
     let padding = Bytes::from(vec![b' '; CHUNK]);
-    let prefix = Bytes::from_static(prefix);
     let mut left = bytes.saturating_sub(prefix.len() as u64);
     let pieces = std::iter::once(prefix).chain(std::iter::from_fn(move || {
         let size = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);

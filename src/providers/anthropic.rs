@@ -287,6 +287,7 @@ mod tests {
         let key = crate::keys::KeyLease {
             id: "k".into(),
             secret: crate::keys::Secret::new("sk-ant-secret"),
+            aws: None,
         };
         let target = Target {
             provider: &config.providers[0],

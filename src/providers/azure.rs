@@ -90,6 +90,7 @@ mod tests {
         let key = KeyLease {
             id: "k".into(),
             secret: Secret::new("azure-secret"),
+            aws: None,
         };
         let target = Target {
             provider: &config.providers[0],

@@ -127,6 +127,7 @@ mod tests {
         let key = KeyLease {
             id: "k".into(),
             secret: Secret::new("goog-secret"),
+            aws: None,
         };
         let target = Target {
             provider: &config.providers[0],

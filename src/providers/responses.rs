@@ -40,6 +40,7 @@ pub fn adapter_for(provider: &Provider, model: &str) -> &'static dyn Adapter {
             "anthropic" => &OVER_VERTEX_ANTHROPIC,
             _ => &OVER_VERTEX_GEMINI,
         },
+        ProviderKind::Bedrock => &OVER_BEDROCK,
     }
 }
 
@@ -97,6 +98,7 @@ static OVER_AZURE: OverChat = OverChat::of(ProviderKind::Azure, ProviderKind::Az
 static OVER_VERTEX_GEMINI: OverChat = OverChat::of(ProviderKind::Vertex, ProviderKind::Gemini);
 static OVER_VERTEX_ANTHROPIC: OverChat =
     OverChat::of(ProviderKind::Vertex, ProviderKind::Anthropic);
+static OVER_BEDROCK: OverChat = OverChat::of(ProviderKind::Bedrock, ProviderKind::Bedrock);
 
 impl OverChat {
     const fn of(kind: ProviderKind, family: ProviderKind) -> OverChat {
@@ -119,9 +121,10 @@ impl OverChat {
         match self.family {
             ProviderKind::OpenAi | ProviderKind::Azure => Effort::Carried,
             // Their chat translations have no counterpart for `reasoning_effort`.
-            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Vertex => {
-                Effort::Refused
-            }
+            ProviderKind::Anthropic
+            | ProviderKind::Gemini
+            | ProviderKind::Vertex
+            | ProviderKind::Bedrock => Effort::Refused,
         }
     }
 
@@ -147,6 +150,7 @@ impl OverChat {
             ProviderKind::OpenAi | ProviderKind::Azure => Box::new(OpenAiSource::default()),
             ProviderKind::Anthropic => Box::new(AnthropicSource::default()),
             ProviderKind::Gemini | ProviderKind::Vertex => Box::new(GeminiSource::default()),
+            ProviderKind::Bedrock => Box::new(super::bedrock::decode::BedrockSource::new("")),
         }
     }
 }

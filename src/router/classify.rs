@@ -37,6 +37,33 @@ pub fn classify_status(
         .get(http::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| parse_retry_after(v, SystemTime::now()));
+    if let Some(kind) = aws_error_type(headers) {
+        // AWS names the error in a header; its status alone would misfile some (a model
+        // that is not ready answers 429, a model's own failure 424).
+        match kind {
+            "ThrottlingException" => {
+                return (
+                    FailureClass::RateLimited,
+                    Action::Retry { after: retry_after },
+                );
+            }
+            "ServiceUnavailableException"
+            | "InternalServerException"
+            | "ModelNotReadyException"
+            | "ModelErrorException"
+            | "ModelStreamErrorException" => return (FailureClass::ServerError, Action::NextStep),
+            "ModelTimeoutException" => return (FailureClass::Timeout, Action::NextStep),
+            "AccessDeniedException"
+            | "UnrecognizedClientException"
+            | "InvalidSignatureException"
+            | "ExpiredTokenException" => return (FailureClass::Auth, Action::NextKey),
+            "ResourceNotFoundException" => {
+                return (FailureClass::ModelNotFound, Action::NextStep);
+            }
+            // ValidationException and the rest: by status, as below.
+            _ => {}
+        }
+    }
     match status.as_u16() {
         429 => (
             FailureClass::RateLimited,
@@ -66,13 +93,22 @@ pub fn classify_status(
     }
 }
 
+/// The error type of an AWS answer: `x-amzn-errortype: ThrottlingException:http://...`.
+fn aws_error_type(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get("x-amzn-errortype")?.to_str().ok()?;
+    value.split(':').next()
+}
+
 /// Whether a 400 says the prompt is too long, in any provider's words.
 fn is_context_length(body: &[u8]) -> bool {
-    const MARKERS: [&[u8]; 4] = [
+    const MARKERS: [&[u8]; 6] = [
         b"context_length_exceeded",
         b"maximum context length",
         b"prompt is too long",
         b"context window",
+        // Bedrock's ValidationException for models other than Claude.
+        b"input is too long",
+        b"too many input tokens",
     ];
     MARKERS.iter().any(|marker| {
         body.windows(marker.len())
@@ -96,6 +132,68 @@ mod tests {
             body.as_bytes(),
             false,
         )
+    }
+
+    /// Bedrock's error table (README, "AWS Bedrock"): the type in `x-amzn-errortype` decides.
+    #[test]
+    fn aws_errors_are_classed_by_their_type() {
+        let aws = |status: u16, kind: &str, body: &str| {
+            let mut headers = HeaderMap::new();
+            let value = format!("{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/");
+            headers.insert("x-amzn-errortype", HeaderValue::from_str(&value).unwrap());
+            classify_status(
+                StatusCode::from_u16(status).unwrap(),
+                &headers,
+                body.as_bytes(),
+                false,
+            )
+        };
+        let retry = Action::Retry { after: None };
+        assert_eq!(
+            aws(429, "ThrottlingException", ""),
+            (FailureClass::RateLimited, retry)
+        );
+        assert_eq!(
+            aws(429, "ModelNotReadyException", ""),
+            (FailureClass::ServerError, Action::NextStep)
+        );
+        assert_eq!(
+            aws(503, "ServiceUnavailableException", ""),
+            (FailureClass::ServerError, Action::NextStep)
+        );
+        assert_eq!(
+            aws(500, "InternalServerException", ""),
+            (FailureClass::ServerError, Action::NextStep)
+        );
+        assert_eq!(
+            aws(424, "ModelErrorException", ""),
+            (FailureClass::ServerError, Action::NextStep)
+        );
+        assert_eq!(
+            aws(408, "ModelTimeoutException", ""),
+            (FailureClass::Timeout, Action::NextStep)
+        );
+        assert_eq!(
+            aws(403, "AccessDeniedException", ""),
+            (FailureClass::Auth, Action::NextKey)
+        );
+        assert_eq!(
+            aws(403, "UnrecognizedClientException", ""),
+            (FailureClass::Auth, Action::NextKey)
+        );
+        assert_eq!(
+            aws(400, "ValidationException", r#"{"message":"bad"}"#),
+            (FailureClass::BadRequest, Action::ReturnToClient)
+        );
+        assert_eq!(
+            aws(
+                400,
+                "ValidationException",
+                r#"{"message":"Input is too long for requested model."}"#
+            )
+            .0,
+            FailureClass::ContextLength
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio::time::{Instant, timeout};
 
 use super::chain::{Attempt, Attempter, Failure, UpstreamReply};
 use super::classify::{Action, FailureClass, classify_status};
-use crate::config::{Deployment, Provider};
+use crate::config::{Deployment, Provider, ProviderKind};
 use crate::keys::KeyLease;
 use crate::providers::sse::{SseError, SseReader};
 use crate::providers::{
@@ -361,7 +361,10 @@ impl Sends for StreamAttempter<'_> {
                 });
             }
             let upstream_request_id = upstream_request_id(&head.headers, &scrubber);
-            let bytes: ByteStream = Box::pin(incoming.into_data_stream());
+            let mut bytes: ByteStream = Box::pin(incoming.into_data_stream());
+            if provider.kind == ProviderKind::Bedrock {
+                bytes = Box::pin(providers::bedrock::frames::as_sse(bytes));
+            }
             let mut reader = ScrubbedReader::new(SseReader::new(bytes, max_event_bytes), scrubber);
             let (first, first_usage) = first_event(&mut reader, translator.as_mut()).await?;
             Ok(CommittedStream {
@@ -441,7 +444,8 @@ struct AttemptKey<'k> {
     span: SpanId,
 }
 
-/// An attempt with the key it was given; a Vertex step's, with the provider's access token.
+/// An attempt with the key it was given; a Vertex step's, with the provider's access token,
+/// and a Bedrock step's with no stored key, with its AWS credentials.
 async fn keyed<A: Sends + Sync>(
     attempter: &A,
     client: &UpstreamClient,
@@ -450,10 +454,10 @@ async fn keyed<A: Sends + Sync>(
     AttemptKey { key, span }: AttemptKey<'_>,
     attempt_timeout: Duration,
 ) -> Attempt<A::Output> {
-    if provider.vertex.is_some() {
-        // Boxed: only Vertex steps wait for a token, and inline it made every attempt's
+    if provider.vertex.is_some() || (provider.bedrock.is_some() && key.is_none()) {
+        // Boxed: only these steps wait for credentials, and inline it made every attempt's
         // future larger.
-        let sent = with_google_token(attempter, client, step, provider, attempt_timeout, span);
+        let sent = with_cloud_credentials(attempter, client, step, provider, attempt_timeout, span);
         return Box::pin(sent).await;
     }
     attempter
@@ -461,10 +465,11 @@ async fn keyed<A: Sends + Sync>(
         .await
 }
 
-/// A Vertex attempt: the provider's access token as its key, within the attempt's time, or
-/// the step has no usable key. A token the provider refuses (401, 403) is dropped, so the
-/// next attempt gets a fresh one rather than the same refusal until it expires.
-async fn with_google_token<A: Sends + Sync>(
+/// A Vertex or Bedrock attempt: the provider's access token or AWS credentials as its key,
+/// within the attempt's time, or the step has no usable key. Credentials the provider refuses
+/// are dropped, so the next attempt gets fresh ones rather than the same refusal until they
+/// expire.
+async fn with_cloud_credentials<A: Sends + Sync>(
     attempter: &A,
     client: &UpstreamClient,
     step: &Deployment,
@@ -473,31 +478,46 @@ async fn with_google_token<A: Sends + Sync>(
     span: SpanId,
 ) -> Attempt<A::Output> {
     let started = Instant::now();
-    let lease = match timeout(attempt_timeout, client.google.lease(provider)).await {
+    let leased = async {
+        if provider.bedrock.is_some() {
+            client.aws.lease(provider).await.map_err(|e| e.to_string())
+        } else {
+            client
+                .google
+                .lease(provider)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let lease = match timeout(attempt_timeout, leased).await {
         Ok(Ok(lease)) => lease,
         Ok(Err(error)) => {
-            tracing::warn!(provider = %provider.id.as_str(), %error, "Vertex step skipped");
+            tracing::warn!(provider = %provider.id.as_str(), %error, "step skipped: no credentials");
             return failed(FailureClass::NoKey);
         }
-        // No token in time says nothing of Vertex itself: no key, not a timeout its breaker
-        // would count.
+        // No credentials in time says nothing of the provider itself: no key, not a timeout
+        // its breaker would count.
         Err(_) => return failed(FailureClass::NoKey),
     };
-    // The attempt's time covers the token and the answer together.
+    // The attempt's time covers the credentials and the answer together.
     let left = attempt_timeout.saturating_sub(started.elapsed());
     let attempt = attempter
         .send(step, provider, Some(&lease), left, span)
         .await;
-    // A 401 is a token refused; a 403 is a permission (a role, the API, billing) that a new
-    // token would not change.
     if let Attempt::Failed(Failure {
         class: FailureClass::Auth,
         reply: Some(reply),
         ..
     }) = &attempt
-        && reply.status == http::StatusCode::UNAUTHORIZED
     {
-        client.google.refused(provider, &lease);
+        if provider.bedrock.is_some() {
+            // Bedrock refuses unknown, expired and wrongly signed credentials alike with 403.
+            client.aws.refused(provider, &lease);
+        } else if reply.status == http::StatusCode::UNAUTHORIZED {
+            // For Vertex a 401 is a token refused; a 403 is a permission (a role, the API,
+            // billing) that a new token would not change.
+            client.google.refused(provider, &lease);
+        }
     }
     attempt
 }

@@ -26,7 +26,7 @@ fn public_key() -> Vec<u8> {
 }
 
 /// A fake Vertex whose tokens last `lifetime`, scripted with `script`.
-async fn vertex_fake(lifetime: Duration, script: Vec<Behavior>) -> FakeHandle {
+pub(super) async fn vertex_fake(lifetime: Duration, script: Vec<Behavior>) -> FakeHandle {
     script
         .into_iter()
         .fold(FakeUpstream::new("vertex"), FakeUpstream::then)
@@ -37,7 +37,7 @@ async fn vertex_fake(lifetime: Duration, script: Vec<Behavior>) -> FakeHandle {
 }
 
 /// The fixture's service account key, its `token_uri` at `fake`, written to a file in `dir`.
-fn key_file(dir: &TempDir, fake: &FakeHandle) -> String {
+pub(super) fn key_file(dir: &TempDir, fake: &FakeHandle) -> String {
     let mut key: Value =
         serde_json::from_str(include_str!("../fixtures/vertex-service-account.json")).unwrap();
     key["token_uri"] = json!(format!("{}/token", fake.root_url()));
@@ -67,7 +67,7 @@ async fn falling_back(fake: &FakeHandle, credentials: &str, openai: &FakeHandle)
 }
 
 /// A Vertex provider `v` at `fake`, with the key file at `credentials`.
-fn vertex(fake: &FakeHandle, credentials: &str) -> TestGateway {
+pub(super) fn vertex(fake: &FakeHandle, credentials: &str) -> TestGateway {
     TestGateway::new()
         .with("[[providers]]\nname = \"v\"\nkind = \"vertex\"\n")
         .set("base_url", fake.root_url())

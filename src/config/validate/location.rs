@@ -53,7 +53,7 @@ mod tests {
         assert_eq!(
             errors(text),
             vec![
-                "providers[0].kind: `opena1` is not one of `openai`, `anthropic`, `gemini`, `azure`, `vertex`"
+                "providers[0].kind: `opena1` is not one of `openai`, `anthropic`, `gemini`, `azure`, `vertex`, `bedrock`"
             ]
         );
     }

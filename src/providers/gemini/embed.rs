@@ -78,7 +78,7 @@ pub fn to_openai(response: &Value, request: &Map<String, Value>) -> Option<Value
 }
 
 /// Little-endian f32s, base64-encoded: what OpenAI sends for `encoding_format: "base64"`.
-fn encode_f32_base64(values: &[Value]) -> String {
+pub(crate) fn encode_f32_base64(values: &[Value]) -> String {
     let bytes: Vec<u8> = values
         .iter()
         .flat_map(|v| (v.as_f64().unwrap_or(0.0) as f32).to_le_bytes())

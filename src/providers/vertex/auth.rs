@@ -8,13 +8,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
-use arc_swap::ArcSwapOption;
 use gcp_auth::{CustomServiceAccount, Token, TokenProvider};
 
 use crate::config::{GoogleCredentials, Provider, VertexSettings};
 use crate::keys::KeyLease;
+use crate::providers::refresh::Refreshed;
 use crate::secret::Secret;
 
 /// What Vertex's API needs a token for.
@@ -33,13 +32,9 @@ struct Source {
     /// Made at the first refresh, and again after a refusal: `gcp_auth` keeps its tokens
     /// until they expire, so only a new one forgets a token the provider refused.
     provider: Mutex<Option<Arc<dyn TokenProvider>>>,
-    current: ArcSwapOption<Token>,
-    /// Held by the one refresh in flight.
-    refreshing: tokio::sync::Mutex<()>,
-    /// When the last refresh failed, and why: the callers that waited on it share its failure
-    /// rather than each trying again (gcp_auth tries a refused grant five times, sleeping
-    /// between tries).
-    failed: Mutex<Option<(Instant, String)>>,
+    /// One refresh at a time; callers that waited on a failed one share its failure (gcp_auth
+    /// tries a refused grant five times, sleeping between tries).
+    tokens: Refreshed<Token>,
 }
 
 /// Why no token could be had; secret-free.
@@ -59,6 +54,7 @@ impl GoogleTokens {
         Ok(KeyLease {
             id: Arc::from(format!("{}:google-token", provider.id.as_str())),
             secret: Secret::new(token.as_str()),
+            aws: None,
         })
     }
 
@@ -69,14 +65,12 @@ impl GoogleTokens {
             return;
         };
         drop(sources);
-        let current = source.current.load_full();
-        if let Some(token) = current.filter(|t| t.as_str() == lease.secret.expose()) {
-            // The provider first: a refresh in between must not get the refused token back
-            // from its cache.
+        // The provider first: a refresh in between must not get the refused token back
+        // from its cache.
+        let refused = |token: &Token| token.as_str() == lease.secret.expose();
+        if source.tokens.current_is(refused) {
             *source.provider.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            source
-                .current
-                .compare_and_swap(&Some(token), None::<Arc<Token>>);
+            source.tokens.forget_if(refused);
         }
     }
 
@@ -91,9 +85,7 @@ impl GoogleTokens {
                 let source = Arc::new(Source {
                     settings,
                     provider: Mutex::new(None),
-                    current: ArcSwapOption::empty(),
-                    refreshing: tokio::sync::Mutex::new(()),
-                    failed: Mutex::new(None),
+                    tokens: Refreshed::default(),
                 });
                 sources.insert(id, source.clone());
                 source
@@ -104,46 +96,14 @@ impl GoogleTokens {
 
 impl Source {
     async fn token(&self) -> Result<Arc<Token>, TokenError> {
-        let seen = self.current.load_full();
-        if let Some(token) = seen.as_ref().filter(|t| !t.has_expired()) {
-            return Ok(token.clone());
-        }
-        let arrived = Instant::now();
-        let _refreshing = self.refreshing.lock().await;
-        // A refresh that failed while this one waited fails it too.
-        let failed = self
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some((_, why)) = failed.filter(|(at, _)| *at >= arrived) {
-            return Err(TokenError(why));
-        }
-        // A refresh that finished while this one waited serves it too.
-        let now = self.current.load_full();
-        let refreshed = match (&seen, &now) {
-            (Some(seen), Some(now)) => !Arc::ptr_eq(seen, now),
-            (None, Some(_)) => true,
-            _ => false,
-        };
-        if let (true, Some(token)) = (refreshed, now) {
-            return Ok(token);
-        }
-        match self.refresh().await {
-            Ok(token) => {
-                self.current.store(Some(token.clone()));
-                Ok(token)
-            }
-            Err(TokenError(why)) => {
-                let failed = Some((Instant::now(), why.clone()));
-                *self.failed.lock().unwrap_or_else(|e| e.into_inner()) = failed;
-                Err(TokenError(why))
-            }
-        }
+        self.tokens
+            .get(|token| !token.has_expired(), || self.refresh())
+            .await
+            .map_err(TokenError)
     }
 
     /// A new token, from the provider made for these credentials (made now if need be).
-    async fn refresh(&self) -> Result<Arc<Token>, TokenError> {
+    async fn refresh(&self) -> Result<Arc<Token>, String> {
         let made = self
             .provider
             .lock()
@@ -152,15 +112,14 @@ impl Source {
         let provider = match made {
             Some(provider) => provider,
             None => {
-                let provider = make_provider(&self.settings.credentials).await?;
+                let provider = make_provider(&self.settings.credentials)
+                    .await
+                    .map_err(|TokenError(why)| why)?;
                 *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = Some(provider.clone());
                 provider
             }
         };
-        provider
-            .token(SCOPES)
-            .await
-            .map_err(|e| TokenError(e.to_string()))
+        provider.token(SCOPES).await.map_err(|e| e.to_string())
     }
 }
 

@@ -86,6 +86,8 @@ pub struct UpstreamClient {
     connector: Arc<Connectors>,
     /// Vertex providers' access tokens.
     pub google: Arc<crate::providers::vertex::auth::GoogleTokens>,
+    /// Bedrock providers' AWS credentials.
+    pub aws: Arc<crate::providers::bedrock::credentials::AwsCredentials>,
 }
 
 type Connector = HttpsConnector<HttpConnector>;
@@ -183,6 +185,7 @@ impl UpstreamClient {
         Ok(UpstreamClient {
             connector: Arc::new(connectors),
             google: Default::default(),
+            aws: Default::default(),
         })
     }
 

@@ -56,9 +56,17 @@ impl Scrubber {
         scrubber
     }
 
-    /// A scrubber for the key an attempt sends, if it sends one.
+    /// A scrubber for the key an attempt sends, if it sends one; for AWS credentials, their
+    /// session token too (the secret access key is the lease's secret).
     pub fn for_key(key: Option<&KeyLease>) -> Scrubber {
-        Scrubber::new(key.map(|k| k.secret.expose()))
+        let session_token = key
+            .and_then(|k| k.aws.as_deref())
+            .and_then(|aws| aws.session_token());
+        Scrubber::new(
+            key.map(|k| k.secret.expose())
+                .into_iter()
+                .chain(session_token),
+        )
     }
 
     /// Whether there is nothing to scrub (no key was sent): every call is then free.

@@ -120,6 +120,7 @@ fn provider_name(kind: ProviderKind, semconv: SemConv) -> KeyValue {
         (ProviderKind::Anthropic, _) => "anthropic",
         (ProviderKind::Gemini, _) => "gcp.gemini",
         (ProviderKind::Vertex, _) => "gcp.vertex_ai",
+        (ProviderKind::Bedrock, _) => "aws.bedrock",
         (ProviderKind::Azure, SemConv::V1_37) => "azure.ai.openai",
         (ProviderKind::Azure, SemConv::V1_36) => "az.ai.openai",
     };
