@@ -51,7 +51,7 @@ mod gateway {
     mod readme;
     pub mod redis_faults;
     mod reload;
-    mod responses;
+    pub mod responses;
     mod responses_state;
     mod responses_stream;
     mod retry_after;

@@ -71,6 +71,9 @@ pub fn error_type(status: u16) -> &'static str {
         424 => "ModelErrorException",
         429 => "ThrottlingException",
         503 => "ServiceUnavailableException",
+        // Bedrock answers no other 4xx; a script that asks for one gets the client's error,
+        // as every other shape does.
+        400..=499 => "ValidationException",
         _ => "InternalServerException",
     }
 }

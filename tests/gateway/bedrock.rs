@@ -310,3 +310,50 @@ async fn a_budget_works_on_a_bedrock_model_with_its_shipped_price() {
     // At most 1,000 output tokens at $4 a million, and a few input tokens, reserved.
     assert!((0.9955..1.0).contains(&remaining), "{remaining}");
 }
+
+#[tokio::test]
+async fn the_responses_api_is_served_over_converse_whole_and_streamed() {
+    use super::responses::{create, output_text, request};
+    let script = vec![
+        Behavior::ok().content("a Response"),
+        Behavior::ok().content("a streamed Response").chunks(3, 0),
+    ];
+    let (fake, gateway, _dir) = one_route(script).await;
+    let response = create(&gateway, &request("r")).await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["object"], "response");
+    assert_eq!(output_text(&answer), "a Response");
+    assert_eq!(
+        fake.requests()[0].json()["system"],
+        json!([{"text": "Be brief."}])
+    );
+
+    let mut body = request("r");
+    body["stream"] = json!(true);
+    let text = create(&gateway, &body).await.text().await.unwrap();
+    let events = sse_events(&text);
+    let deltas: String = events
+        .iter()
+        .filter(|(name, _)| name == "response.output_text.delta")
+        .filter_map(|(_, data)| data["delta"].as_str())
+        .collect();
+    assert_eq!(deltas, "a streamed Response");
+    assert_eq!(events.last().unwrap().0, "response.completed");
+}
+
+/// An answer that echoes the credentials (AWS's refusal of a signature quotes the canonical
+/// request, session token and all) reaches the client and the log scrubbed.
+#[tokio::test]
+async fn credentials_echoed_in_an_answer_are_scrubbed() {
+    let echo = format!(r#"{{"message":"x-amz-security-token:{TOKEN} with {SECRET}"}}"#);
+    let (_fake, gateway, _dir) = one_route(vec![Behavior::status(400).body(&echo)]).await;
+    let response = post(&gateway, &chat("r")).await;
+    assert_eq!(response.status(), 400);
+    let id = header(&response, "x-request-id").to_owned();
+    let text = response.text().await.unwrap();
+    assert!(text.contains("x-amz-security-token:[redacted]"), "{text}");
+    assert!(!text.contains(SECRET), "{text}");
+    let row = format!("{:?}", record(&gateway, &id).await);
+    assert!(!row.contains(TOKEN) && !row.contains(SECRET), "{row}");
+}

@@ -2,8 +2,9 @@
 
 Two OpenAI-shaped fakes back the `smart` route (the first also speaks the Responses API;
 `smart-claude` has it before the Anthropic-shaped fake); one fake per provider kind (openai,
-anthropic, gemini, azure, and Vertex with a Gemini model and with a Claude one, behind Google
-auth with the test service account) backs a one-step route `via-KIND`; `limited` is a deployment of
+anthropic, gemini, azure, Vertex with a Gemini model and with a Claude one, behind Google
+auth with the test service account, and Bedrock, behind AWS's SigV4 with a test profile's
+keys) backs a one-step route `via-KIND`; `limited` is a deployment of
 its own on the anthropic fake, for rate limits that must not bench `via-anthropic`; `cross`
 is an Anthropic primary before an OpenAI secondary; `degraded` (a degraded tier) and `passthrough` (the
 Responses API on primary) have deployments of their own. Each test scripts the fakes over HTTP
@@ -196,6 +197,19 @@ steps = [{{ provider = "vertex", model = "gemini-2.5-flash" }}]
 name = "via-vertex-claude"
 steps = [{{ provider = "vertex-claude", model = "claude-sonnet-4@20250514" }}]
 
+# Bedrock, SigV4-signed with the test profile's keys, which the fake verifies.
+[[providers]]
+name = "bedrock"
+kind = "bedrock"
+base_url = "{bedrock}"
+region = "us-east-1"
+credentials_file = "{aws_credentials}"
+profile = "switchyard-test"
+
+[[routes]]
+name = "via-bedrock"
+steps = [{{ provider = "bedrock", model = "us.anthropic.claude-3-5-haiku-20241022-v1:0" }}]
+
 [[providers]]
 name = "limited"
 kind = "anthropic"
@@ -245,8 +259,33 @@ steps = [
 ]
 """
 
-KINDS = ("openai", "anthropic", "gemini", "azure", "vertex", "vertex-claude")
+KINDS = ("openai", "anthropic", "gemini", "azure", "vertex", "vertex-claude", "bedrock")
 VERTEX = ("vertex", "vertex-claude")
+# The Bedrock fake's account: it verifies every request's SigV4 signature with these.
+AWS_KEYS = ("AKIDSWITCHYARDSDK001", "sdkSecretAccessKey/EXAMPLE+KEY", "sdk-session-token")
+
+
+def fake_args(kind):
+    """The fake for `kind`'s auth: Google's for Vertex, AWS's for Bedrock."""
+    if kind in VERTEX:
+        return ["--google-public-key", str(FIXTURES / "vertex-public-key.b64")]
+    if kind == "bedrock":
+        return ["--aws-credentials", ":".join(AWS_KEYS)]
+    return []
+
+
+def aws_credentials_file():
+    """A shared credentials file whose `switchyard-test` profile holds the fake's keys."""
+    key_id, secret, token = AWS_KEYS
+    file = tempfile.NamedTemporaryFile("w", suffix=".ini", delete=False)
+    file.write(
+        "[switchyard-test]\n"
+        f"aws_access_key_id = {key_id}\n"
+        f"aws_secret_access_key = {secret}\n"
+        f"aws_session_token = {token}\n"
+    )
+    file.close()
+    return file.name
 
 
 def vertex_key(fake):
@@ -262,9 +301,9 @@ def vertex_key(fake):
 @pytest.fixture(scope="session")
 def stack():
     primary, secondary = Fake("primary"), Fake("secondary")
-    google = ["--google-public-key", str(FIXTURES / "vertex-public-key.b64")]
-    kinds = {kind: Fake(kind, *(google if kind in VERTEX else [])) for kind in KINDS}
+    kinds = {kind: Fake(kind, *fake_args(kind)) for kind in KINDS}
     keys = {kind: vertex_key(kinds[kind]) for kind in VERTEX}
+    keys["bedrock"] = aws_credentials_file()
     port = free_port()
     config = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
     config.write(
@@ -280,6 +319,8 @@ def stack():
             vertex_key=keys["vertex"],
             vertex_claude=kinds["vertex-claude"].root_url,
             vertex_claude_key=keys["vertex-claude"],
+            bedrock=kinds["bedrock"].root_url,
+            aws_credentials=keys["bedrock"],
         )
     )
     config.close()

@@ -1,6 +1,7 @@
 """The official openai and anthropic SDKs against every provider kind, through the gateway.
 
-For each kind (openai, anthropic, gemini, azure, and Vertex with a Gemini and a Claude model), each SDK gets a whole answer, a stream,
+For each kind (openai, anthropic, gemini, azure, Vertex with a Gemini and a Claude model, and
+Bedrock, signed), each SDK gets a whole answer, a stream,
 a tool-call round trip, and an upstream error raised as its own exception with the status.
 """
 
