@@ -314,6 +314,33 @@ pub fn translate_error(format: ClientFormat, status: StatusCode, body: &[u8]) ->
     error_body(format, status, &message, &code, None)
 }
 
+/// A translated chat completion (OpenAI's shape) as the client's answer, with its usage.
+pub(crate) fn chat_answer(request: &ClientRequest, completion: &Value) -> Option<Decoded> {
+    let usage = stream::chunk_usage(completion);
+    let body = match request.format {
+        ClientFormat::OpenAi => to_bytes(completion),
+        ClientFormat::Anthropic => to_bytes(&inbound_messages::response::from_openai(completion)?),
+    };
+    Some(Decoded { body, usage })
+}
+
+/// A translator from a provider's events, read by `source`, into the client's stream.
+pub(crate) fn chat_stream<S: stream::ChunkSource + 'static>(
+    source: S,
+    request: &ClientRequest,
+) -> Box<dyn StreamTranslator> {
+    match request.format {
+        ClientFormat::OpenAi => Box::new(stream::Translating::new(
+            source,
+            chat_chunks::stream::OpenAiSink::new(request.asked_stream_usage()),
+        )),
+        ClientFormat::Anthropic => Box::new(stream::Translating::new(
+            source,
+            inbound_messages::stream::AnthropicSink::default(),
+        )),
+    }
+}
+
 /// Serializes a JSON map; a `Value` map always serializes, so the fallback never shows.
 pub(crate) fn to_bytes(value: &impl serde::Serialize) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())

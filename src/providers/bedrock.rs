@@ -25,9 +25,8 @@ use http::StatusCode;
 use http::header::{ACCEPT, HeaderValue};
 use serde_json::Value;
 
-use super::chat_chunks::stream::OpenAiSink;
 use super::inbound_messages;
-use super::stream::{StreamTranslator, Translating};
+use super::stream::StreamTranslator;
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,
 };
@@ -102,15 +101,7 @@ impl Adapter for BedrockAdapter {
                 usage,
             });
         }
-        let completion = decode::to_openai(&response, &client_model(request))?;
-        let usage = super::stream::chunk_usage(&completion);
-        let body = match request.format {
-            ClientFormat::OpenAi => super::to_bytes(&completion),
-            ClientFormat::Anthropic => {
-                super::to_bytes(&inbound_messages::response::from_openai(&completion)?)
-            }
-        };
-        Some(Decoded { body, usage })
+        super::chat_answer(request, &decode::to_openai(&response, &client_model(request))?)
     }
 
     fn error_body(
@@ -139,17 +130,7 @@ impl Adapter for BedrockAdapter {
     }
 
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
-        let source = BedrockSource::new(&client_model(request));
-        match request.format {
-            ClientFormat::OpenAi => Box::new(Translating::new(
-                source,
-                OpenAiSink::new(request.asked_stream_usage()),
-            )),
-            ClientFormat::Anthropic => Box::new(Translating::new(
-                source,
-                inbound_messages::stream::AnthropicSink::default(),
-            )),
-        }
+        super::chat_stream(BedrockSource::new(&client_model(request)), request)
     }
 }
 

@@ -17,9 +17,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use http::header::HeaderName;
 
-use super::chat_chunks::stream::OpenAiSink;
 use super::inbound_messages;
-use super::stream::{StreamTranslator, Translating};
+use super::stream::StreamTranslator;
 use super::{
     Adapter, ClientFormat, ClientRequest, Decoded, Operation, Rejection, Target, UpstreamRequest,
     translate_error,
@@ -82,15 +81,7 @@ impl Adapter for GeminiAdapter {
                 usage: None,
             });
         }
-        let completion = decode::to_openai(&response)?;
-        let usage = super::stream::chunk_usage(&completion);
-        let body = match request.format {
-            ClientFormat::OpenAi => super::to_bytes(&completion),
-            ClientFormat::Anthropic => {
-                super::to_bytes(&inbound_messages::response::from_openai(&completion)?)
-            }
-        };
-        Some(Decoded { body, usage })
+        super::chat_answer(request, &decode::to_openai(&response)?)
     }
 
     fn error_body(
@@ -103,16 +94,7 @@ impl Adapter for GeminiAdapter {
     }
 
     fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
-        match request.format {
-            ClientFormat::OpenAi => Box::new(Translating::new(
-                decode::GeminiSource::default(),
-                OpenAiSink::new(request.asked_stream_usage()),
-            )),
-            ClientFormat::Anthropic => Box::new(Translating::new(
-                decode::GeminiSource::default(),
-                inbound_messages::stream::AnthropicSink::default(),
-            )),
-        }
+        super::chat_stream(decode::GeminiSource::default(), request)
     }
 }
 

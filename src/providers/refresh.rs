@@ -3,13 +3,20 @@
 //!
 //! Callers that find it stale queue on one refresh and take its result, so 100 requests
 //! arriving as a token expires cost one refresh, and a refresh that fails fails the callers
-//! that waited on it rather than each trying again.
+//! that waited on it rather than each trying again. For [`QUIET_AFTER_FAILURE`] after a
+//! failure, callers with nothing usable fail at once: a source that cannot answer (no
+//! credentials anywhere, a token endpoint down) would otherwise hold every request for its
+//! whole attempt time before the chain moved on.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use tokio::time::Instant;
+
+/// How long a failed refresh is not tried again.
+pub const QUIET_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
 /// The current value and the one refresh in flight.
 pub struct Refreshed<T> {
@@ -43,14 +50,12 @@ impl<T> Refreshed<T> {
             return Ok(value.clone());
         }
         let arrived = Instant::now();
+        if let Some(why) = self.failed_since(arrived.checked_sub(QUIET_AFTER_FAILURE)) {
+            return Err(why);
+        }
         let _refreshing = self.refreshing.lock().await;
         // A refresh that failed while this one waited fails it too.
-        let failed = self
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some((_, why)) = failed.filter(|(at, _)| *at >= arrived) {
+        if let Some(why) = self.failed_since(Some(arrived)) {
             return Err(why);
         }
         // A refresh that finished while this one waited serves it too.
@@ -74,6 +79,20 @@ impl<T> Refreshed<T> {
                 Err(why)
             }
         }
+    }
+
+    /// Why the last refresh failed, if it failed at or after `since` (`None`: ever).
+    fn failed_since(&self, since: Option<Instant>) -> Option<String> {
+        let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        failed
+            .as_ref()
+            .filter(|(at, _)| since.is_none_or(|since| *at >= since))
+            .map(|(_, why)| why.clone())
+    }
+
+    /// The current value, fresh or not.
+    pub fn current(&self) -> Option<Arc<T>> {
+        self.current.load_full()
     }
 
     /// Whether there is a current value and `test` holds for it.
@@ -131,5 +150,27 @@ mod tests {
         assert!(cell.forget_if(|v| *v == 7));
         let failed = cell.get(|_| true, || async { Err("no".to_owned()) }).await;
         assert_eq!(failed.unwrap_err(), "no");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_refresh_is_not_tried_again_for_a_while() {
+        let cell = Refreshed::<u32>::default();
+        let tries = AtomicUsize::new(0);
+        let refresh = || async {
+            tries.fetch_add(1, Ordering::SeqCst);
+            Err::<Arc<u32>, _>("the source is down".to_owned())
+        };
+        for _ in 0..3 {
+            let failed = cell.get(|_| true, refresh).await;
+            assert_eq!(failed.unwrap_err(), "the source is down");
+        }
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            1,
+            "callers in the quiet time fail at once"
+        );
+        tokio::time::advance(QUIET_AFTER_FAILURE + Duration::from_millis(1)).await;
+        let served = cell.get(|_| true, || async { Ok(Arc::new(3)) }).await;
+        assert_eq!(*served.unwrap(), 3);
     }
 }

@@ -44,14 +44,8 @@ pub fn from_openai(
         .and_then(Value::as_u64)
         .unwrap_or(u64::from(default_max_tokens));
     out.insert("max_tokens".into(), json!(max_tokens));
-    match request.get("stop") {
-        Some(Value::String(stop)) => {
-            out.insert("stop_sequences".into(), json!([stop]));
-        }
-        Some(Value::Array(stops)) if !stops.is_empty() => {
-            out.insert("stop_sequences".into(), Value::Array(stops.clone()));
-        }
-        _ => {}
+    if let Some(stops) = stop_sequences(request) {
+        out.insert("stop_sequences".into(), stops);
     }
     if let Some(temperature) = request.get("temperature").and_then(Value::as_f64) {
         out.insert("temperature".into(), json!(temperature.clamp(0.0, 1.0)));
@@ -149,30 +143,7 @@ pub(crate) fn refuse_unknown(
 }
 
 fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
-    refuse_unknown(request, "Anthropic")?;
-    if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
-        return Err(Rejection::new(
-            "n",
-            "Anthropic models return one choice: `n` must be 1",
-        ));
-    }
-    if request.get("logprobs") == Some(&json!(true)) || request.contains_key("top_logprobs") {
-        return Err(Rejection::new(
-            "logprobs",
-            "Anthropic models do not return log probabilities",
-        ));
-    }
-    let audio = request.get("audio").is_some_and(|a| !a.is_null())
-        || request
-            .get("modalities")
-            .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|m| m == "audio"));
-    if audio {
-        return Err(Rejection::new(
-            "modalities",
-            "Anthropic models do not produce audio",
-        ));
-    }
+    refuse_one_answer_fields(request, "Anthropic")?;
     if let Some(format) = request
         .get("response_format")
         .and_then(|f| f.get("type"))
@@ -186,6 +157,40 @@ fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> 
             ),
         ));
     }
+    Ok(())
+}
+
+/// What every translation from OpenAI's chat refuses by name: fields it has no counterpart
+/// for (top-level), more than one choice, log probabilities, audio, and the legacy function
+/// fields. Shared by the Anthropic, Gemini and Bedrock encoders.
+pub(crate) fn refuse_one_answer_fields(
+    request: &Map<String, Value>,
+    provider: &str,
+) -> Result<(), Rejection> {
+    refuse_unknown(request, provider)?;
+    if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
+        return Err(Rejection::new(
+            "n",
+            format!("{provider} returns one choice: `n` must be 1"),
+        ));
+    }
+    if request.get("logprobs") == Some(&json!(true)) || request.contains_key("top_logprobs") {
+        return Err(Rejection::new(
+            "logprobs",
+            format!("log probabilities are not returned through {provider}"),
+        ));
+    }
+    let audio = request.get("audio").is_some_and(|a| !a.is_null())
+        || request
+            .get("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|m| m.iter().any(|m| m == "audio"));
+    if audio {
+        return Err(Rejection::new(
+            "modalities",
+            format!("audio output is not translated for {provider}"),
+        ));
+    }
     for legacy in ["functions", "function_call"] {
         if request.contains_key(legacy) {
             return Err(Rejection::new(
@@ -195,6 +200,16 @@ fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> 
         }
     }
     Ok(())
+}
+
+/// OpenAI's `stop` (a string or a list) as a list of stop sequences; `None` when unset or
+/// empty.
+pub(crate) fn stop_sequences(request: &Map<String, Value>) -> Option<Value> {
+    match request.get("stop") {
+        Some(Value::String(stop)) => Some(json!([stop])),
+        Some(Value::Array(stops)) if !stops.is_empty() => Some(Value::Array(stops.clone())),
+        _ => None,
+    }
 }
 
 /// The system prompt's parts, and the turns in Anthropic's shape.

@@ -56,11 +56,16 @@ impl AwsCredentials {
             return Err(CredentialsError("the provider is not a Bedrock one".into()));
         };
         let source = self.source(provider, settings);
-        let credentials = source
-            .credentials
-            .get(fresh, || source.refresh())
-            .await
-            .map_err(CredentialsError)?;
+        let credentials = match source.credentials.get(fresh, || source.refresh()).await {
+            Ok(credentials) => credentials,
+            // A refresh ahead of expiry that failed leaves the current credentials good
+            // until they do expire.
+            Err(why) => source
+                .credentials
+                .current()
+                .filter(|c| unexpired(c))
+                .ok_or(CredentialsError(why))?,
+        };
         Ok(KeyLease {
             id: Arc::from(format!("{}:aws-credentials", provider.id.as_str())),
             secret: Secret::new(credentials.secret_access_key()),
@@ -106,6 +111,13 @@ fn fresh(credentials: &Credentials) -> bool {
     credentials
         .expiry()
         .is_none_or(|expiry| expiry > SystemTime::now() + REFRESH_AHEAD)
+}
+
+/// Whether credentials may still sign at all.
+fn unexpired(credentials: &Credentials) -> bool {
+    credentials
+        .expiry()
+        .is_none_or(|expiry| expiry > SystemTime::now())
 }
 
 impl Source {

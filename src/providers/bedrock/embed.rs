@@ -15,7 +15,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
-use crate::providers::gemini::embed::encode_f32_base64;
+use crate::providers::gemini::embed::openai_list;
 
 /// The embedding model families Bedrock serves through InvokeModel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,25 +104,7 @@ pub fn to_openai(response: &Value, request: &Map<String, Value>) -> Option<Value
             (vec![response.get("embedding")?.as_array()?], tokens)
         }
     };
-    let base64 = request.get("encoding_format").and_then(Value::as_str) == Some("base64");
-    let data: Vec<Value> = vectors
-        .into_iter()
-        .enumerate()
-        .map(|(index, values)| {
-            let embedding = if base64 {
-                json!(encode_f32_base64(values))
-            } else {
-                Value::Array(values.clone())
-            };
-            json!({"object": "embedding", "index": index, "embedding": embedding})
-        })
-        .collect();
-    Some(json!({
-        "object": "list",
-        "data": data,
-        "model": request.get("model").cloned().unwrap_or(json!("")),
-        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-    }))
+    Some(openai_list(vectors, request, tokens))
 }
 
 #[cfg(test)]

@@ -28,11 +28,13 @@
 use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
-use crate::providers::anthropic::encode::{refuse_unknown, split_data_url, text_of};
+use crate::providers::anthropic::encode::{
+    refuse_one_answer_fields, split_data_url, stop_sequences, text_of,
+};
 
 /// Writes `request` (OpenAI's format) as a Converse request.
 pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
-    refuse_untranslatable(request)?;
+    refuse_one_answer_fields(request, "Bedrock")?;
     let mut out = Map::new();
     let (system, messages, used_tools) = messages(request)?;
     out.insert("messages".into(), Value::Array(messages));
@@ -54,42 +56,6 @@ pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, R
         out.insert("outputConfig".into(), format);
     }
     Ok(out)
-}
-
-fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
-    refuse_unknown(request, "Bedrock")?;
-    if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
-        return Err(Rejection::new(
-            "n",
-            "Bedrock's Converse API returns one message: `n` must be 1",
-        ));
-    }
-    if request.get("logprobs") == Some(&json!(true)) || request.contains_key("top_logprobs") {
-        return Err(Rejection::new(
-            "logprobs",
-            "Bedrock's Converse API does not return log probabilities",
-        ));
-    }
-    let audio = request.get("audio").is_some_and(|a| !a.is_null())
-        || request
-            .get("modalities")
-            .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|m| m == "audio"));
-    if audio {
-        return Err(Rejection::new(
-            "modalities",
-            "audio output is not translated for Bedrock",
-        ));
-    }
-    for legacy in ["functions", "function_call"] {
-        if request.contains_key(legacy) {
-            return Err(Rejection::new(
-                legacy,
-                format!("`{legacy}` is deprecated: use `tools` and `tool_choice`"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The system prompt's parts, the turns in Converse's shape, and whether any turn holds a
@@ -248,14 +214,8 @@ fn inference_config(request: &Map<String, Value>) -> Map<String, Value> {
             config.insert(to.into(), value.clone());
         }
     }
-    match request.get("stop") {
-        Some(Value::String(stop)) => {
-            config.insert("stopSequences".into(), json!([stop]));
-        }
-        Some(Value::Array(stops)) if !stops.is_empty() => {
-            config.insert("stopSequences".into(), Value::Array(stops.clone()));
-        }
-        _ => {}
+    if let Some(stops) = stop_sequences(request) {
+        config.insert("stopSequences".into(), stops);
     }
     config
 }

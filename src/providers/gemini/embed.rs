@@ -55,6 +55,17 @@ pub fn to_openai(response: &Value, request: &Map<String, Value>) -> Option<Value
             .collect::<Option<_>>()?,
         _ => vec![response.pointer("/embedding/values")?.as_array()?],
     };
+    // Gemini's embedding answers carry no token counts.
+    Some(openai_list(vectors, request, 0))
+}
+
+/// OpenAI's embeddings list of `vectors`, as floats or, when the client asked, base64;
+/// shared with Bedrock's embeddings.
+pub(crate) fn openai_list(
+    vectors: Vec<&Vec<Value>>,
+    request: &Map<String, Value>,
+    prompt_tokens: u64,
+) -> Value {
     let base64 = request.get("encoding_format").and_then(Value::as_str) == Some("base64");
     let data: Vec<Value> = vectors
         .into_iter()
@@ -68,17 +79,16 @@ pub fn to_openai(response: &Value, request: &Map<String, Value>) -> Option<Value
             json!({"object": "embedding", "index": index, "embedding": embedding})
         })
         .collect();
-    Some(json!({
+    json!({
         "object": "list",
         "data": data,
         "model": request.get("model").cloned().unwrap_or(json!("")),
-        // Gemini's embedding answers carry no token counts.
-        "usage": {"prompt_tokens": 0, "total_tokens": 0},
-    }))
+        "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
+    })
 }
 
 /// Little-endian f32s, base64-encoded: what OpenAI sends for `encoding_format: "base64"`.
-pub(crate) fn encode_f32_base64(values: &[Value]) -> String {
+fn encode_f32_base64(values: &[Value]) -> String {
     let bytes: Vec<u8> = values
         .iter()
         .flat_map(|v| (v.as_f64().unwrap_or(0.0) as f32).to_le_bytes())

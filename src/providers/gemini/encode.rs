@@ -27,11 +27,13 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
-use crate::providers::anthropic::encode::{refuse_unknown, split_data_url, text_of};
+use crate::providers::anthropic::encode::{
+    refuse_one_answer_fields, split_data_url, stop_sequences, text_of,
+};
 
 /// Writes `request` (OpenAI's format) as Gemini's.
 pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, Rejection> {
-    refuse_untranslatable(request)?;
+    refuse_one_answer_fields(request, "Gemini")?;
     let mut out = Map::new();
     let (system, contents) = contents(request)?;
     if !system.is_empty() {
@@ -47,42 +49,6 @@ pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, R
     }
     tools(request, &mut out)?;
     Ok(out)
-}
-
-fn refuse_untranslatable(request: &Map<String, Value>) -> Result<(), Rejection> {
-    refuse_unknown(request, "Gemini")?;
-    if request.get("n").and_then(Value::as_u64).unwrap_or(1) > 1 {
-        return Err(Rejection::new(
-            "n",
-            "the gateway asks Gemini for one candidate: `n` must be 1",
-        ));
-    }
-    if request.get("logprobs") == Some(&json!(true)) || request.contains_key("top_logprobs") {
-        return Err(Rejection::new(
-            "logprobs",
-            "log probabilities are not translated for Gemini",
-        ));
-    }
-    let audio = request.get("audio").is_some_and(|a| !a.is_null())
-        || request
-            .get("modalities")
-            .and_then(Value::as_array)
-            .is_some_and(|m| m.iter().any(|m| m == "audio"));
-    if audio {
-        return Err(Rejection::new(
-            "modalities",
-            "audio output is not translated for Gemini",
-        ));
-    }
-    for legacy in ["functions", "function_call"] {
-        if request.contains_key(legacy) {
-            return Err(Rejection::new(
-                legacy,
-                format!("`{legacy}` is deprecated: use `tools` and `tool_choice`"),
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn contents(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), Rejection> {
@@ -245,14 +211,8 @@ fn generation_config(request: &Map<String, Value>) -> Result<Map<String, Value>,
             config.insert(to.into(), value.clone());
         }
     }
-    match request.get("stop") {
-        Some(Value::String(stop)) => {
-            config.insert("stopSequences".into(), json!([stop]));
-        }
-        Some(Value::Array(stops)) if !stops.is_empty() => {
-            config.insert("stopSequences".into(), Value::Array(stops.clone()));
-        }
-        _ => {}
+    if let Some(stops) = stop_sequences(request) {
+        config.insert("stopSequences".into(), stops);
     }
     let format = request.get("response_format");
     match format.and_then(|f| f.get("type")).and_then(Value::as_str) {
