@@ -2,7 +2,8 @@
 //!
 //! It speaks OpenAI chat completions and the Responses API, Anthropic messages, Gemini
 //! generateContent (JSON and SSE, chosen by the request's path), Bedrock's Converse (JSON and
-//! AWS's event stream), and both embeddings shapes. Each request takes the next behaviour of
+//! AWS's event stream) and InvokeModel for embeddings, and the other embeddings shapes; given
+//! AWS credentials, it also issues them as STS and ECS do. Each request takes the next behaviour of
 //! its script: a status, headers, a delay, a stream of chunks with pauses, a dropped
 //! connection or a malformed body. It counts calls, records what it received, and tracks
 //! open connections and cancelled streams so tests can wait on events instead of sleeping.
@@ -30,6 +31,7 @@ pub use behavior::{Behavior, FakeToolCall, Script, ScriptMode};
 pub use server::{FakeHandle, FakeStats, RecordedRequest};
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 /// Builds a fake upstream.
 pub struct FakeUpstream {
@@ -39,6 +41,8 @@ pub struct FakeUpstream {
     http2_max_streams: Option<u32>,
     google: Option<google::GoogleIssuer>,
     aws: Option<bedrock::AwsAccount>,
+    /// The web identity token and lifetime of [`FakeUpstream::aws_credential_issuer`].
+    aws_issuer: Option<(String, Duration)>,
 }
 
 impl FakeUpstream {
@@ -51,6 +55,7 @@ impl FakeUpstream {
             http2_max_streams: None,
             google: None,
             aws: None,
+            aws_issuer: None,
         }
     }
 
@@ -109,6 +114,26 @@ impl FakeUpstream {
         self
     }
 
+    /// AWS's credential endpoints, handing out the credentials of
+    /// [`FakeUpstream::aws_credentials`], each set valid for `lifetime` from its issue
+    /// ([`FakeHandle::set_credential_lifetime`] changes that):
+    ///
+    /// - STS `AssumeRoleWithWebIdentity` at the root (`POST /`, for `AWS_ENDPOINT_URL_STS`),
+    ///   for `web_identity_token` only; another is refused with 400 `InvalidIdentityToken`;
+    /// - ECS container credentials at `GET /ecs-credentials` (for
+    ///   `AWS_CONTAINER_CREDENTIALS_FULL_URI`).
+    ///
+    /// These requests take no behaviour of the script and are not recorded;
+    /// [`FakeHandle::credentials_issued`] counts what they issued.
+    pub fn aws_credential_issuer(
+        mut self,
+        web_identity_token: &str,
+        lifetime: Duration,
+    ) -> FakeUpstream {
+        self.aws_issuer = Some((web_identity_token.to_owned(), lifetime));
+        self
+    }
+
     /// Allows an HTTP/2 client at most `streams` streams at once on a connection (its
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`; hyper's default is 200).
     pub fn http2_max_streams(mut self, streams: u32) -> FakeUpstream {
@@ -124,14 +149,21 @@ impl FakeUpstream {
     /// Starts on `addr`.
     pub async fn start_on(self, addr: SocketAddr) -> std::io::Result<FakeHandle> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
+        let aws_issuer = self
+            .aws_issuer
+            .map(|(token, lifetime)| bedrock::AwsIssuer::new(&token, lifetime, self.aws.as_ref()));
+        let auth = server::Auth {
+            required_key: self.required_key,
+            google: self.google,
+            aws: self.aws,
+            aws_issuer,
+        };
         Ok(server::spawn(
             listener,
             self.name,
             self.script,
-            self.required_key,
             self.http2_max_streams,
-            self.google,
-            self.aws,
+            auth,
         ))
     }
 }

@@ -149,6 +149,14 @@ enum Command {
         /// ones, which requests must then carry.
         #[arg(long, value_name = "AKID:SECRET[:TOKEN]")]
         aws_credentials: Option<String>,
+        /// Issue those AWS credentials as AWS does: STS `AssumeRoleWithWebIdentity` at the
+        /// root (for `AWS_ENDPOINT_URL_STS`) to this web identity token only, and ECS
+        /// container credentials at `/ecs-credentials`.
+        #[arg(long, value_name = "TOKEN")]
+        aws_web_identity_token: Option<String>,
+        /// How long the AWS credentials it issues last, in seconds.
+        #[arg(long, default_value_t = 3600)]
+        aws_credential_seconds: u64,
     },
 }
 
@@ -407,6 +415,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             google_public_key,
             google_token_seconds,
             aws_credentials,
+            aws_web_identity_token,
+            aws_credential_seconds,
         } => {
             let script = match script {
                 Some(script) => parse_script(&script)?,
@@ -436,6 +446,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     );
                 };
                 fake = fake.aws_credentials(key, secret, part());
+            }
+            if let Some(token) = aws_web_identity_token {
+                let lifetime = std::time::Duration::from_secs(aws_credential_seconds);
+                fake = fake.aws_credential_issuer(&token, lifetime);
             }
             let fake = fake.start_on(listen).await?;
             println!("fake upstream `{name}` on {}", fake.base_url());

@@ -13,6 +13,7 @@ mod gateway {
 
     mod access;
     mod bedrock;
+    mod bedrock_chain;
     pub mod bounds;
     mod breaker_judgement;
     mod breakers;

@@ -4,7 +4,7 @@
 //! deployment URLs end the same way), `…/v1/messages` Anthropic's, `…:generateContent` and
 //! `…:streamGenerateContent` Gemini's; `…/embeddings`, `…:embedContent` and
 //! `…:batchEmbedContents` are embeddings; `…/model/{id}/converse` and `…/converse-stream` are
-//! Bedrock's. A completion is the same text (and tool calls) whatever the shape, whole or cut
+//! Bedrock's, and `…/model/{id}/invoke` its embeddings. A completion is the same text (and tool calls) whatever the shape, whole or cut
 //! into `chunks` stream events.
 
 use bytes::Bytes;
@@ -83,6 +83,9 @@ pub fn route(path: &str) -> Option<Route> {
             shape: Shape::Bedrock,
             path_stream: path.ends_with("/converse-stream"),
         });
+    }
+    if path.contains("/model/") && path.ends_with("/invoke") {
+        return Some(Route::Embeddings(Shape::Bedrock));
     }
     if path.ends_with("/embeddings") {
         return Some(Route::Embeddings(Shape::OpenAi));
@@ -539,12 +542,11 @@ pub fn embeddings(shape: Shape, request: &Value) -> Value {
             None => vec![gemini_text(request.get("content"))],
         },
     };
-    let vector = |text: &str| -> Vec<f32> { vec![text.len() as f32, 0.5, -0.25] };
     match shape {
         Shape::Gemini => {
             let all: Vec<Value> = inputs
                 .iter()
-                .map(|t| json!({"values": vector(t)}))
+                .map(|t| json!({"values": embedding(t)}))
                 .collect();
             if request.get("requests").is_some() {
                 json!({"embeddings": all})
@@ -558,7 +560,7 @@ pub fn embeddings(shape: Shape, request: &Value) -> Value {
                 .iter()
                 .enumerate()
                 .map(|(index, text)| {
-                    let values = vector(text);
+                    let values = embedding(text);
                     let embedding = if base64 {
                         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
                         json!(crate::providers::gemini::embed::base64(&bytes))
@@ -576,6 +578,12 @@ pub fn embeddings(shape: Shape, request: &Value) -> Value {
             })
         }
     }
+}
+
+/// The fake's embedding of `text`: three values, the first its length, so the same text
+/// always gets the same vector and different lengths tell inputs apart.
+pub fn embedding(text: &str) -> Vec<f32> {
+    vec![text.len() as f32, 0.5, -0.25]
 }
 
 fn gemini_text(content: Option<&Value>) -> String {

@@ -1,6 +1,7 @@
 //! The fake's Bedrock shape: the Converse API (`POST /model/{modelId}/converse`), ConverseStream
-//! (`…/converse-stream`, in AWS's event stream framing), Bedrock's error answers, and, when the
-//! fake is given AWS credentials, a SigV4 check of every Bedrock request.
+//! (`…/converse-stream`, in AWS's event stream framing), InvokeModel for embedding models
+//! (`invoke`), Bedrock's error answers, and, when the fake is given AWS credentials, a SigV4
+//! check of every Bedrock request; `issuer` hands those credentials out as STS and ECS do.
 //!
 //! A stream's events carry Bedrock's padding member `p` (as real ones do) so a reader must
 //! ignore members it does not know. `error_after` sends an exception message: the type named
@@ -9,6 +10,8 @@
 //! shapes' "overloaded".
 
 mod eventstream;
+pub mod invoke;
+pub mod issuer;
 mod sigv4;
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,6 +22,7 @@ use serde_json::{Value, json};
 use super::answer::Completion;
 
 pub use eventstream::CONTENT_TYPE as EVENTSTREAM;
+pub use issuer::AwsIssuer;
 
 /// The `x-amzn-ErrorType` namespace of Bedrock's own errors.
 const BEDROCK_ERRORS: &str = "http://internal.amazon.com/coral/com.amazon.bedrock/";
@@ -64,7 +68,6 @@ pub struct ErrorAnswer {
 /// The error type Bedrock answers `status` with.
 pub fn error_type(status: u16) -> &'static str {
     match status {
-        400 => "ValidationException",
         403 => "AccessDeniedException",
         404 => "ResourceNotFoundException",
         408 => "ModelTimeoutException",

@@ -1,5 +1,8 @@
 //! The fake's HTTP server, on hyper directly: a scripted reset must close the connection
-//! without any answer, which a router framework would not let a handler do.
+//! without any answer, which a router framework would not let a handler do. Answers sent over
+//! time (streams, drips, huge bodies) are `stream`'s.
+
+mod stream;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -9,8 +12,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -18,13 +21,14 @@ use hyper_util::server::conn::auto;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::answer::{self, Completion, Route, Shape};
-use super::bedrock::{self, AwsAccount};
+use super::bedrock::{self, AwsAccount, AwsIssuer};
 use super::behavior::{Behavior, Script};
 use super::google::GoogleIssuer;
+use stream::{drip_response, huge_response, stream_content_type, stream_response};
 
 type FakeBody = BoxBody<Bytes, std::io::Error>;
 
@@ -42,6 +46,10 @@ pub struct FakeStats {
     /// Chat requests whose client went away before their answer was written: a JSON one
     /// during its `delay_ms`, a stream before its first event. A hedged gateway's loser.
     pub answers_abandoned: usize,
+    /// Requests to the AWS credential endpoints (STS, ECS), granted or not.
+    pub credential_requests: usize,
+    /// AWS credentials those endpoints issued.
+    pub credentials_issued: usize,
 }
 
 /// One request as the fake received it.
@@ -83,6 +91,8 @@ struct FakeState {
     google: Option<GoogleIssuer>,
     /// The AWS identity Bedrock requests must be signed by (SigV4), when set.
     aws: Option<AwsAccount>,
+    /// AWS's credential endpoints, handing out that identity's credentials, when set.
+    aws_issuer: Option<AwsIssuer>,
     /// Whether answers may go out; while closed ([`FakeHandle::hold`]) every request, once
     /// counted, waits until it opens.
     gate: watch::Sender<bool>,
@@ -153,6 +163,19 @@ impl FakeHandle {
         }
     }
 
+    /// AWS credentials issued so far by STS and ECS requests (0 without
+    /// [`crate::fake::FakeUpstream::aws_credential_issuer`]).
+    pub fn credentials_issued(&self) -> usize {
+        self.state.stats.borrow().credentials_issued
+    }
+
+    /// Changes how long the AWS credentials issued from now on last.
+    pub fn set_credential_lifetime(&self, lifetime: Duration) {
+        if let Some(issuer) = &self.state.aws_issuer {
+            issuer.set_lifetime(lifetime);
+        }
+    }
+
     /// Chat requests received so far.
     pub fn calls(&self) -> usize {
         self.state.stats.borrow().calls
@@ -205,16 +228,32 @@ fn set_script(state: &FakeState, script: Script) {
     };
 }
 
+/// What a fake asks of the requests it answers, and the credentials it issues.
+pub struct Auth {
+    /// The only key accepted, when set.
+    pub required_key: Option<String>,
+    /// Google auth for Vertex paths.
+    pub google: Option<GoogleIssuer>,
+    /// The AWS identity Bedrock requests must be signed by.
+    pub aws: Option<AwsAccount>,
+    /// AWS's credential endpoints.
+    pub aws_issuer: Option<AwsIssuer>,
+}
+
 /// Serves `listener` until the handle is dropped.
 pub fn spawn(
     listener: TcpListener,
     name: String,
     script: Script,
-    required_key: Option<String>,
     http2_max_streams: Option<u32>,
-    google: Option<GoogleIssuer>,
-    aws: Option<AwsAccount>,
+    auth: Auth,
 ) -> FakeHandle {
+    let Auth {
+        required_key,
+        google,
+        aws,
+        aws_issuer,
+    } = auth;
     // Binding succeeded, so the local address is known.
     let addr = listener
         .local_addr()
@@ -227,6 +266,7 @@ pub fn spawn(
         required_key,
         google,
         aws,
+        aws_issuer,
         gate: watch::Sender::new(true),
     });
     let accept_state = state.clone();
@@ -301,6 +341,22 @@ async fn handle(
         let (status, answer) = google.token(&body);
         return Ok(json_response(status, &answer));
     }
+    if let Some(issuer) = &state.aws_issuer
+        && let Some(endpoint) = AwsIssuer::endpoint(&parts.method, &path, &body)
+    {
+        state.stats.send_modify(|s| s.credential_requests += 1);
+        // Held like any answer, so a test sees a refresh arrive before it is answered.
+        let _ = state.gate.subscribe().wait_for(|open| *open).await;
+        let answer = issuer.answer(endpoint, &body);
+        if answer.granted {
+            state.stats.send_modify(|s| s.credentials_issued += 1);
+        }
+        return Ok(raw_response(
+            answer.status,
+            answer.content_type,
+            Bytes::from(answer.body),
+        ));
+    }
     let Some(route) = answer::route(&path) else {
         return Ok(json_response(404, &answer::error_body(Shape::OpenAi, 404)));
     };
@@ -348,7 +404,7 @@ async fn handle(
             return Ok(json_response(401, &body.to_string()));
         }
     }
-    if let (Some(aws), Route::Chat { shape, .. }) = (&state.aws, &route)
+    if let (Some(aws), Route::Chat { shape, .. } | Route::Embeddings(shape)) = (&state.aws, &route)
         && *shape == Shape::Bedrock
         && let Err(refused) = aws.check(&parts, &body)
     {
@@ -397,6 +453,11 @@ async fn handle(
         response
     } else if let Some(bytes) = behavior.body_bytes {
         huge_response(bytes, completion.stream.then_some(shape))
+    } else if route == Route::Embeddings(Shape::Bedrock) {
+        match bedrock::invoke::embeddings(&path, &request, call) {
+            Ok(answer) => json_response(200, &answer.to_string()),
+            Err(refused) => bedrock_error(refused),
+        }
     } else if let Route::Embeddings(shape) = route {
         json_response(200, &answer::embeddings(shape, &request).to_string())
     } else if route == Route::CountTokens {
@@ -439,14 +500,6 @@ fn insert_header(response: &mut Response<FakeBody>, name: &str, value: &str) {
         hyper::header::HeaderValue::from_str(value),
     ) {
         response.headers_mut().insert(name, value);
-    }
-}
-
-/// The content type of a stream in `shape`.
-fn stream_content_type(shape: Shape) -> &'static str {
-    match shape {
-        Shape::Bedrock => bedrock::EVENTSTREAM,
-        _ => "text/event-stream",
     }
 }
 
@@ -501,204 +554,6 @@ fn control_request(
         },
         _ => json_response(404, &answer::error_body(Shape::OpenAi, 404)),
     }
-}
-
-type FrameResult = Result<Frame<Bytes>, std::io::Error>;
-
-fn stream_response(
-    state: Arc<FakeState>,
-    completion: Completion,
-    behavior: Behavior,
-) -> Response<FakeBody> {
-    let content_type = stream_content_type(completion.shape);
-    let (sender, receiver) = mpsc::channel::<FrameResult>(4);
-    tokio::spawn(async move {
-        let end = send_stream(&sender, &completion, &behavior).await;
-        state.stats.send_modify(|s| match end {
-            StreamEnd::Finished => s.streams_completed += 1,
-            StreamEnd::Cancelled => s.streams_cancelled += 1,
-            StreamEnd::Abandoned => {
-                s.streams_cancelled += 1;
-                s.answers_abandoned += 1;
-            }
-        });
-    });
-    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|frame| (frame, receiver))
-    });
-    let body = StreamBody::new(frames).boxed();
-    let mut response = Response::new(body);
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    response
-}
-
-/// How a scripted stream ended.
-enum StreamEnd {
-    /// Sent to its scripted end.
-    Finished,
-    /// The client went away mid-stream.
-    Cancelled,
-    /// The client went away before the first event.
-    Abandoned,
-}
-
-/// Sends the scripted stream.
-async fn send_stream(
-    sender: &mpsc::Sender<FrameResult>,
-    completion: &Completion,
-    behavior: &Behavior,
-) -> StreamEnd {
-    let interval = Duration::from_millis(behavior.first_event_delay_ms);
-    if !interval.is_zero() {
-        tokio::select! {
-            _ = sender.closed() => return StreamEnd::Abandoned,
-            _ = tokio::time::sleep(interval) => {}
-        }
-    }
-    let end = |finished: bool| {
-        if finished {
-            StreamEnd::Finished
-        } else {
-            StreamEnd::Cancelled
-        }
-    };
-    end(send_events(sender, completion, behavior).await)
-}
-
-/// Sends the stream's events; false when the client went away first.
-async fn send_events(
-    sender: &mpsc::Sender<FrameResult>,
-    completion: &Completion,
-    behavior: &Behavior,
-) -> bool {
-    let interval = Duration::from_millis(behavior.chunk_interval_ms);
-    for i in 0..=completion.chunks {
-        if i > 0 && !interval.is_zero() {
-            tokio::select! {
-                _ = sender.closed() => return false,
-                _ = tokio::time::sleep(interval) => {}
-            }
-        }
-        if behavior.drop_after == Some(i) {
-            let _ = sender
-                .send(Err(std::io::Error::other("scripted drop")))
-                .await;
-            return true;
-        }
-        if behavior.stall_after == Some(i) {
-            sender.closed().await;
-            return false;
-        }
-        if behavior.error_after == Some(i) {
-            let _ = sender
-                .send(Ok(Frame::data(
-                    completion.stream_error(behavior.error_message.as_deref()),
-                )))
-                .await;
-            return true;
-        }
-        if i == completion.chunks {
-            break;
-        }
-        for frame in completion.content_frames(i) {
-            if sender.send(Ok(Frame::data(frame))).await.is_err() {
-                return false;
-            }
-        }
-        if behavior.endless {
-            return send_forever(sender, completion, interval).await;
-        }
-    }
-    let mut tail = Vec::new();
-    if behavior.malformed {
-        tail.push(match completion.shape {
-            Shape::Bedrock => completion.bedrock_malformed_event(),
-            _ => Bytes::from_static(b"data: {\"choices\": [{\"delta\": nope\n\n"),
-        });
-    }
-    tail.extend(completion.tail_frames());
-    for frame in tail {
-        if sender.send(Ok(Frame::data(frame))).await.is_err() {
-            return false;
-        }
-    }
-    true
-}
-
-/// Repeats a content chunk every `interval` until the client goes away.
-async fn send_forever(
-    sender: &mpsc::Sender<FrameResult>,
-    completion: &Completion,
-    interval: Duration,
-) -> bool {
-    // Piece 0 also opens the message, so later repeats use piece 1 when there is one.
-    let piece = usize::from(completion.chunks > 1);
-    loop {
-        tokio::select! {
-            _ = sender.closed() => return false,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        for frame in completion.content_frames(piece) {
-            if sender.send(Ok(Frame::data(frame))).await.is_err() {
-                return false;
-            }
-        }
-    }
-}
-
-/// `bytes` bytes of padding, made as they are sent so the fake holds one chunk of them; as
-/// a stream in `stream`'s shape, one event that never ends.
-fn huge_response(bytes: u64, stream: Option<Shape>) -> Response<FakeBody> {
-    const CHUNK: usize = 64 * 1024;
-    let (content_type, prefix) = match stream {
-        None => ("application/json", Bytes::new()),
-        Some(Shape::Bedrock) => (bedrock::EVENTSTREAM, bedrock::huge_prefix(bytes)),
-        Some(_) => ("text/event-stream", Bytes::from_static(b"data: ")),
-    };
-    let padding = Bytes::from(vec![b' '; CHUNK]);
-    let mut left = bytes.saturating_sub(prefix.len() as u64);
-    let pieces = std::iter::once(prefix).chain(std::iter::from_fn(move || {
-        let size = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
-        left -= size as u64;
-        (size > 0).then(|| padding.slice(..size))
-    }));
-    let frames = futures_util::stream::iter(pieces.map(|piece| Ok(Frame::data(piece))));
-    let mut response = Response::new(StreamBody::new(frames).boxed());
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(content_type),
-    );
-    response
-}
-
-/// A whole JSON answer sent slowly, in `pieces` parts `interval_ms` apart.
-fn drip_response(body: String, pieces: usize, interval_ms: u64) -> Response<FakeBody> {
-    let (sender, receiver) = mpsc::channel::<FrameResult>(1);
-    tokio::spawn(async move {
-        let bytes = Bytes::from(body);
-        let size = bytes.len().div_ceil(pieces.max(1)).max(1);
-        for (i, start) in (0..bytes.len()).step_by(size).enumerate() {
-            if i > 0 {
-                tokio::time::sleep(Duration::from_millis(interval_ms)).await;
-            }
-            let piece = bytes.slice(start..(start + size).min(bytes.len()));
-            if sender.send(Ok(Frame::data(piece))).await.is_err() {
-                return;
-            }
-        }
-    });
-    let frames = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        receiver.recv().await.map(|frame| (frame, receiver))
-    });
-    let mut response = Response::new(StreamBody::new(frames).boxed());
-    response.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 fn json_response(status: u16, body: &str) -> Response<FakeBody> {

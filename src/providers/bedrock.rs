@@ -101,7 +101,10 @@ impl Adapter for BedrockAdapter {
                 usage,
             });
         }
-        super::chat_answer(request, &decode::to_openai(&response, &client_model(request))?)
+        super::chat_answer(
+            request,
+            &decode::to_openai(&response, &client_model(request))?,
+        )
     }
 
     fn error_body(

@@ -357,3 +357,52 @@ async fn credentials_echoed_in_an_answer_are_scrubbed() {
     let row = format!("{:?}", record(&gateway, &id).await);
     assert!(!row.contains(TOKEN) && !row.contains(SECRET), "{row}");
 }
+
+/// OpenAI embeddings through a Bedrock step: InvokeModel in Titan's body (one text, its
+/// dimensions) and in Cohere's (a batch), signed, and read back as OpenAI's list.
+#[tokio::test]
+async fn embeddings_are_invoked_in_titans_and_coheres_bodies() {
+    let fake = bedrock_fake(vec![]).await;
+    let dir = TempDir::new();
+    let gateway = bedrock(&fake, &credentials_file(&dir, SECRET))
+        .route("titan", &[("b", "amazon.titan-embed-text-v2:0")], "")
+        .route("cohere", &[("b", "cohere.embed-english-v3")], "")
+        .start()
+        .await;
+    let titan = json!({"model": "titan", "input": "Hello there", "dimensions": 4});
+    let response = post_to(&gateway, "/v1/embeddings", &titan).await;
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["data"][0]["embedding"],
+        json!([11.0, 0.5, -0.25, 11.0])
+    );
+    assert_eq!(answer["usage"]["prompt_tokens"], 2);
+    let sent = &fake.requests()[0];
+    assert_eq!(sent.path, "/model/amazon.titan-embed-text-v2%3A0/invoke");
+    assert_eq!(
+        sent.json(),
+        json!({"inputText": "Hello there", "dimensions": 4})
+    );
+
+    let cohere = json!({"model": "cohere", "input": ["a", "bcd"]});
+    let answer: Value = post_to(&gateway, "/v1/embeddings", &cohere)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let vectors: Vec<&Value> = answer["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["embedding"])
+        .collect();
+    assert_eq!(
+        vectors,
+        [&json!([1.0, 0.5, -0.25]), &json!([3.0, 0.5, -0.25])]
+    );
+    assert_eq!(
+        fake.requests()[1].json(),
+        json!({"texts": ["a", "bcd"], "input_type": "search_document"})
+    );
+}

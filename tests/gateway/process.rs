@@ -85,7 +85,17 @@ pub fn lines_of(output: impl std::io::Read + Send + 'static) -> Receiver<String>
 
 /// `switchyard serve --config CONFIG` from `cwd`, with `env` set; once it says it listens.
 pub fn serve_with(cwd: &Path, config: &Path, env: &[(&str, &str)]) -> Served {
-    let mut child = Command::new(BIN)
+    serve_without(cwd, config, env, &[])
+}
+
+/// [`serve_with`], with the variables named in `removed` taken out of the environment the
+/// process would inherit (before `env` is set).
+pub fn serve_without(cwd: &Path, config: &Path, env: &[(&str, &str)], removed: &[&str]) -> Served {
+    let mut command = Command::new(BIN);
+    for name in removed {
+        command.env_remove(name);
+    }
+    let mut child = command
         .current_dir(cwd)
         .args(["serve", "--config"])
         .arg(config)

@@ -27,6 +27,7 @@ pub struct Request<'a> {
 }
 
 /// The one identity the fake knows.
+#[derive(Clone)]
 pub struct Credentials {
     pub access_key_id: String,
     pub secret_access_key: String,

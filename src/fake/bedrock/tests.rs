@@ -215,6 +215,16 @@ fn signed(
     secret: &str,
 ) -> reqwest::RequestBuilder {
     let body = r#"{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}"#;
+    signed_body(fake, path, (key, secret), body)
+}
+
+/// [`signed`] with a body of the test's own.
+fn signed_body(
+    fake: &crate::fake::FakeHandle,
+    path: &str,
+    (key, secret): (&str, &str),
+    body: &'static str,
+) -> reqwest::RequestBuilder {
     let amz_date = sigv4::amz(
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -345,4 +355,139 @@ async fn signed_requests_pass_and_others_are_refused_as_aws_does() {
     assert_eq!(error_type_of(&throttled), "ThrottlingException");
     assert_eq!(fake.calls(), 6, "refusals take their behaviour too");
     assert_eq!(fake.requests().len(), 6);
+}
+
+const TITAN: &str = "/model/amazon.titan-embed-text-v2%3A0/invoke";
+const COHERE: &str = "/model/cohere.embed-english-v3/invoke";
+
+#[tokio::test]
+async fn invoke_embeds_signed_requests_in_each_familys_body() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let fake = FakeUpstream::new("bedrock")
+        .aws_credentials("AKIDFAKE", "fake-secret", None)
+        .then(Behavior::ok())
+        .then(Behavior::ok())
+        .then(Behavior::ok())
+        .then(Behavior::status(429))
+        .start()
+        .await
+        .unwrap();
+    let key = ("AKIDFAKE", "fake-secret");
+    let titan = signed_body(&fake, TITAN, key, r#"{"inputText":"Hello","dimensions":4}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(titan.status(), 200);
+    let titan: Value = titan.json().await.unwrap();
+    assert_eq!(
+        titan,
+        json!({"embedding": [5.0, 0.5, -0.25, 5.0], "inputTextTokenCount": 1})
+    );
+
+    let body = r#"{"texts":["a","bb"],"input_type":"search_query"}"#;
+    let cohere: Value = signed_body(&fake, COHERE, key, body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        cohere["embeddings"],
+        json!([[1.0, 0.5, -0.25], [2.0, 0.5, -0.25]])
+    );
+    assert_eq!(cohere["texts"], json!(["a", "bb"]));
+
+    let forged = signed_body(&fake, TITAN, ("AKIDFAKE", "wrong"), r#"{"inputText":"x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403);
+    assert_eq!(error_type_of(&forged), "InvalidSignatureException");
+
+    let throttled = signed_body(&fake, COHERE, key, body).send().await.unwrap();
+    assert_eq!(throttled.status(), 429);
+    assert_eq!(error_type_of(&throttled), "ThrottlingException");
+    assert_eq!(
+        fake.calls(),
+        4,
+        "a refused signature takes its behaviour, as converse's"
+    );
+}
+
+#[tokio::test]
+async fn the_issuer_hands_out_the_accounts_credentials_outside_the_script() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let fake = FakeUpstream::new("bedrock")
+        .aws_credentials("AKIDFAKE", "fake-secret", None)
+        .aws_credential_issuer("oidc-token", std::time::Duration::from_secs(3600))
+        .then(Behavior::ok().content("first behaviour"))
+        .start()
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let assume = |token: &str| {
+        let form = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("Action", "AssumeRoleWithWebIdentity")
+            .append_pair("Version", "2011-06-15")
+            .append_pair("RoleArn", "arn:aws:iam::123456789012:role/bedrock")
+            .append_pair("RoleSessionName", "test")
+            .append_pair("WebIdentityToken", token)
+            .finish();
+        client
+            .post(fake.root_url())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+    };
+    let granted = assume("oidc-token").send().await.unwrap();
+    assert_eq!(granted.status(), 200);
+    assert_eq!(granted.headers()["content-type"], "text/xml");
+    let xml = granted.text().await.unwrap();
+    assert!(xml.contains("<AccessKeyId>AKIDFAKE</AccessKeyId>"), "{xml}");
+    // STS always issues a session token; without one of the account's, a made-up one.
+    assert!(
+        xml.contains("<SessionToken>fake-issued-session-token</SessionToken>"),
+        "{xml}"
+    );
+    let refused = assume("not-the-token").send().await.unwrap();
+    assert_eq!(refused.status(), 400);
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("<Code>InvalidIdentityToken</Code>")
+    );
+
+    fake.set_credential_lifetime(std::time::Duration::from_secs(30));
+    let container: Value = client
+        .get(format!("{}/ecs-credentials", fake.root_url()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(container["SecretAccessKey"], "fake-secret");
+    let expires = humantime::parse_rfc3339(container["Expiration"].as_str().unwrap()).unwrap();
+    assert!(expires <= SystemTime::now() + std::time::Duration::from_secs(31));
+
+    let stats = fake.stats();
+    assert_eq!(
+        (stats.credential_requests, stats.credentials_issued),
+        (3, 2)
+    );
+    assert_eq!(fake.credentials_issued(), 2);
+    assert_eq!((fake.calls(), fake.requests().len()), (0, 0));
+    let answer: Value = signed(&fake, PATH, "AKIDFAKE", "fake-secret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer["output"]["message"]["content"][0]["text"], "first behaviour",
+        "the script starts at the first Bedrock request"
+    );
 }

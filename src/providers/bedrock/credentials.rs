@@ -177,7 +177,11 @@ async fn make_provider(settings: &BedrockSettings) -> SharedCredentialsProvider 
             SharedCredentialsProvider::new(builder.build())
         }
         AwsCredentialSource::Chain { profile } => {
-            let mut builder = DefaultCredentialsChain::builder().configure(config());
+            // The chain takes its region (STS's, for web identity) from a region chain of its
+            // own unless told, and would refuse without `AWS_REGION`: the provider's region.
+            let mut builder = DefaultCredentialsChain::builder()
+                .configure(config())
+                .region(aws_config::Region::new(settings.region.clone()));
             if let Some(profile) = profile {
                 builder = builder.profile_name(profile);
             }
