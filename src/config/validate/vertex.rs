@@ -113,6 +113,16 @@ fn is_service_account(json: &str) -> bool {
         && ["client_email", "private_key", "token_uri"]
             .iter()
             .all(|field| key[field].is_string())
+        && key["private_key"].as_str().is_some_and(is_rsa_key)
+}
+
+/// Whether `pem` is an RSA private key in PKCS#8, as Google issues them and as the JWT is
+/// signed with: a broken key fails the load, not every request.
+fn is_rsa_key(pem: &str) -> bool {
+    use rustls_pki_types::PrivatePkcs8KeyDer;
+    use rustls_pki_types::pem::PemObject;
+    PrivatePkcs8KeyDer::from_pem_slice(pem.as_bytes())
+        .is_ok_and(|der| ring::signature::RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()).is_ok())
 }
 
 #[cfg(test)]
@@ -137,7 +147,8 @@ mod tests {
         }
     }
 
-    const KEY: &str = r#"{"type": "service_account", "client_email": "a@b", "private_key": "-----BEGIN PRIVATE KEY-----secret", "token_uri": "https://oauth2.googleapis.com/token"}"#;
+    /// The test service account's key (tests/fixtures), a real RSA key made for the tests.
+    const KEY: &str = include_str!("../../../tests/fixtures/vertex-service-account.json");
 
     #[test]
     fn project_and_location_are_required_and_credentials_default_to_adc() {
@@ -173,10 +184,21 @@ mod tests {
             &settings.credentials,
             GoogleCredentials::ServiceAccount(json) if json.expose() == KEY
         ));
-        assert!(!format!("{settings:?}").contains("secret"));
+        assert!(!format!("{settings:?}").contains("PRIVATE KEY"));
         let errors = check(text, &[("SA_JSON", "{\"private_key\": \"secret\"}")]).unwrap_err();
         assert_eq!(errors.len(), 1);
         assert!(!errors[0].contains("secret"), "{errors:?}");
+        // A key whose PEM is not an RSA key is refused at load, never shown.
+        let mut broken: serde_json::Value = serde_json::from_str(KEY).unwrap();
+        broken["private_key"] =
+            "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n".into();
+        let errors = check(text, &[("SA_JSON", &broken.to_string())]).unwrap_err();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].contains("is not a service account key"),
+            "{errors:?}"
+        );
+        assert!(!errors[0].contains("c2VjcmV0"), "{errors:?}");
         let unset = check(text, &[]).unwrap_err();
         assert_eq!(
             unset,
