@@ -386,6 +386,11 @@ impl Telemetry {
         )
     }
 
+    /// What `record`'s request cost in US dollars, as the writer costs rows.
+    pub fn cost(&self, record: &RequestRecord) -> Option<f64> {
+        writer::cost(&self.prices.load(), record)
+    }
+
     /// Takes a reloaded config's names and prices: the metrics' labels, the spans'
     /// providers, and what rows are costed with.
     pub fn reconfigure(&self, config: &Config) {

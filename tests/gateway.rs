@@ -26,6 +26,7 @@ mod gateway {
     mod cluster_breakers;
     mod cluster_limits;
     mod cluster_revoke;
+    mod cost_header;
     mod cross_vendor;
     mod dashboard;
     mod embeddings;
@@ -53,6 +54,7 @@ mod gateway {
     pub mod redis_faults;
     mod reload;
     pub mod responses;
+    mod responses_complete;
     mod responses_state;
     mod responses_stream;
     mod retry_after;

@@ -10,6 +10,7 @@ pub mod object;
 pub mod passthrough;
 pub mod request;
 pub mod sink;
+pub mod spec;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -67,19 +68,16 @@ impl Adapter for PassthroughAdapter {
         Ok(built)
     }
 
-    fn decode(&self, _request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
-        passthrough::probe_response(body).map(|usage| Decoded {
-            body: body.clone(),
-            usage,
-        })
+    fn decode(&self, request: &ClientRequest, body: &Bytes) -> Option<Decoded> {
+        passthrough::whole(body, request.body.tree()).map(|(body, usage)| Decoded { body, usage })
     }
 
     fn error_body(&self, _: &ClientRequest, _: StatusCode, _: &[u8]) -> Option<Bytes> {
         None
     }
 
-    fn stream(&self, _request: &ClientRequest) -> Box<dyn StreamTranslator> {
-        Box::new(passthrough::Passthrough::default())
+    fn stream(&self, request: &ClientRequest) -> Box<dyn StreamTranslator> {
+        Box::new(passthrough::Passthrough::new(request.body.raw().clone()))
     }
 }
 

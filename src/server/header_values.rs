@@ -33,6 +33,15 @@ pub fn millis(duration: Duration) -> HeaderValue {
     HeaderValue::from_bytes(&text[at..]).unwrap_or(HeaderValue::from_static("0"))
 }
 
+/// US dollars as the shortest number that reads back as the same `f64`, written as
+/// serde_json writes it in the log's JSON (`0.0000475`; `3.6e-6` below a hundred-thousandth).
+pub fn dollars(amount: f64) -> Option<HeaderValue> {
+    if !amount.is_finite() {
+        return None;
+    }
+    HeaderValue::from_str(ryu::Buffer::new().format_finite(amount)).ok()
+}
+
 /// Writes `n`'s decimal digits, at least `least` of them (zero-padded), to end just before
 /// `end`; returns where they start.
 fn digits_before(text: &mut [u8], end: usize, mut n: u64, least: usize) -> usize {
@@ -48,6 +57,17 @@ fn digits_before(text: &mut [u8], end: usize, mut n: u64, least: usize) -> usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollars_read_back_as_the_same_figure() {
+        for amount in [0.0, 0.0000475, 1.0 / 3.0, 12.5, 3.6e-6] {
+            let value = dollars(amount).unwrap();
+            let text = value.to_str().unwrap();
+            assert_eq!(text.parse::<f64>().unwrap(), amount, "{text}");
+            assert_eq!(text, serde_json::json!(amount).to_string());
+        }
+        assert_eq!(dollars(f64::NAN), None);
+    }
 
     #[test]
     fn counts_are_their_decimal_digits_small_or_not() {

@@ -20,6 +20,7 @@ use super::endpoint::{Endpoint, stream_flag};
 use super::error::ApiError;
 use crate::auth::Caller;
 use crate::providers::responses::request::unknown_field;
+use crate::providers::responses::spec;
 use crate::providers::{ClientFormat, Operation, RequestBody};
 use crate::store::within;
 
@@ -108,12 +109,25 @@ pub async fn retrieve(
     match within(timeout, state.store.response(&id, &scope(&caller))).await {
         Ok(Some(stored)) => (
             [(axum::http::header::CONTENT_TYPE, "application/json")],
-            stored.response,
+            completed(stored.response),
         )
             .into_response(),
         Ok(None) => no_such(&id).into_response(),
         Err(error) => store_failed(error).into_response(),
     }
+}
+
+/// A stored Response with what it lacks filled in: one an earlier release stored may lack
+/// fields a Response now holds (its request's settings are not stored, so their defaults).
+fn completed(stored: String) -> String {
+    let Ok(Value::Object(mut response)) = serde_json::from_str::<Value>(&stored) else {
+        return stored;
+    };
+    if !spec::lacks_any(&response) {
+        return stored;
+    }
+    spec::complete(&mut response, &serde_json::Map::new());
+    Value::Object(response).to_string()
 }
 
 /// `DELETE /v1/responses/{id}`: forgets a response this key stored.

@@ -1,5 +1,6 @@
 //! What an answer tells of its chain, in its headers and its log row: the route, the step
-//! and deployment that served, the attempts, the outcome and the gateway's own time.
+//! and deployment that served, the attempts, the outcome, the gateway's own time, and what a
+//! whole answer cost.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
@@ -47,6 +48,11 @@ pub(super) fn stamp<T>(
     record.status = response.status().as_u16();
     record.attempts = run.attempts.clone();
     record.hedge_refused = run.hedge_refused;
+    // A whole answer's usage is known here; a stream's comes at its end, after the headers,
+    // so its cost is in the log only.
+    if let Some(cost) = guard.cost().and_then(header_values::dollars) {
+        response.headers_mut().insert(COST, cost);
+    }
 }
 
 /// [`stamp`] for an answer served from the cache: no attempt, all of its time the
@@ -96,7 +102,12 @@ const STEP: HeaderName = HeaderName::from_static("x-switchyard-step");
 const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
 const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
 const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
-/// The headers `stamp` writes, at most: the ten above.
+/// What a whole answer cost in US dollars, at the configured or shipped prices: the figure
+/// its log row records ([`header_values::dollars`]).
+const COST: HeaderName = HeaderName::from_static("x-switchyard-cost");
+/// Room for the headers `stamp` writes: the eleven above but one, as an answer is rarely both
+/// hedged and a priced whole one (that one grows the map once). One more would double the
+/// map's table on every answer.
 const STAMPED_HEADERS: usize = 10;
 /// The headers an upstream's answer carries out: its content type and request id, and what
 /// `stamp` writes. (Rate limit and budget headers, when configured, may grow it once.)

@@ -19,9 +19,9 @@ use std::sync::atomic::Ordering;
 pub fn app(state: AppState) -> Router {
     let mut routes = Router::new();
     // Their POSTs never reach the router; the routes are here so that other methods get its
-    // 405 rather than a 404.
+    // 405 rather than a 404, with an `Allow` that names POST (RFC 9110).
     for (path, _) in client_api::ENDPOINTS {
-        routes = routes.route(path, axum::routing::MethodRouter::new());
+        routes = routes.route(path, post(served_before_the_router));
     }
     let routes = routes
         .route(
@@ -236,6 +236,13 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         crate::providers::ClientFormat::OpenAi
     };
     ApiError::NotFound(path.to_owned()).into_response_for(format)
+}
+
+/// A client API POST that reached the router: the connection serves them all before it
+/// ([`client_api`]), so this is the gateway's own fault.
+async fn served_before_the_router(uri: axum::http::Uri) -> ApiError {
+    tracing::error!(path = uri.path(), "a client API POST reached the router");
+    ApiError::Internal("the gateway could not serve this request")
 }
 
 async fn method_not_allowed() -> ApiError {

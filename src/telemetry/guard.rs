@@ -138,6 +138,14 @@ impl RecordGuard {
             .get_or_insert_with(|| Box::new(RequestRecord::new(String::new(), false)))
     }
 
+    /// Prices the request now, as the writer would, and keeps the figure for its row, so an
+    /// answer can say what its row will; `None` as the writer's would be.
+    pub fn cost(&mut self) -> Option<f64> {
+        let record = self.record.as_deref_mut()?;
+        record.cost_usd = self.telemetry.cost(record);
+        record.cost_usd
+    }
+
     /// Sends the record now.
     pub fn finish(mut self) {
         self.send();

@@ -6,7 +6,6 @@
 //! journal once it takes writes. Only a batch that neither will take stays in the writer's
 //! hands; it then stops taking records, the queue fills, and `[log] when_full` decides.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, UNIX_EPOCH};
@@ -26,8 +25,9 @@ pub struct Swapped {
     pub prices: Arc<arc_swap::ArcSwap<PriceTable>>,
 }
 
-/// Each priced deployment's price.
-pub type PriceTable = HashMap<(ProviderId, ModelName), Price>;
+/// Each priced deployment's price. Looked up on the request path too, for an answer's
+/// `x-switchyard-cost`: foldhash, as the other maps a request reads.
+pub type PriceTable = foldhash::HashMap<(ProviderId, ModelName), Price>;
 
 /// `config`'s prices, by deployment.
 pub fn price_table(config: &Config) -> PriceTable {
@@ -219,7 +219,10 @@ impl Writer {
         let mut acks = Vec::new();
         for (index, Entry { mut record, ack }) in entries.drain(..).enumerate() {
             pace.offer_core_at(index);
-            record.cost_usd = self.cost(&record);
+            // Priced already when its answer said what it cost: the row says the same.
+            if record.cost_usd.is_none() {
+                record.cost_usd = cost(&self.prices.load(), &record);
+            }
             self.metrics.observe(&record, &mut self.series);
             if let Some(spans) = &self.spans {
                 spans.offer(&record);
@@ -394,19 +397,20 @@ impl Writer {
             journal.close();
         }
     }
+}
 
-    fn cost(&self, record: &RequestRecord) -> Option<f64> {
-        let key = (record.provider.clone()?, record.model.clone()?);
-        let prices = self.prices.load();
-        let price = prices.get(&key)?;
-        if record.tokens_in.is_none() && record.tokens_out.is_none() {
-            return None;
-        }
-        Some(price.cost(
-            record.tokens_in.unwrap_or(0),
-            record.tokens_out.unwrap_or(0),
-        ))
+/// What a request cost in US dollars at `prices`: its tokens at the price of the deployment
+/// that served; `None` when none served, it reported no tokens, or its model has no price.
+pub fn cost(prices: &PriceTable, record: &RequestRecord) -> Option<f64> {
+    if record.tokens_in.is_none() && record.tokens_out.is_none() {
+        return None;
     }
+    let key = (record.provider.clone()?, record.model.clone()?);
+    let price = prices.get(&key)?;
+    Some(price.cost(
+        record.tokens_in.unwrap_or(0),
+        record.tokens_out.unwrap_or(0),
+    ))
 }
 
 /// Deletes request-log rows and stored responses older than `retention`.

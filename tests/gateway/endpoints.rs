@@ -240,6 +240,65 @@ async fn the_upstreams_request_id_comes_back_on_answers_and_errors() {
     );
 }
 
+/// RFC 9110: a 405 names in `Allow` the methods its path serves; every path's 405 does, the
+/// client API's POST paths (served before the router) included.
+#[tokio::test]
+async fn every_405_names_the_methods_its_path_serves() {
+    let up = fake("up", Behavior::ok()).await;
+    let gateway = to_up(&up, "r", "m").start().await;
+    let post = &["POST"][..];
+    let get = &["GET", "HEAD"][..];
+    for (method, path, allowed) in [
+        ("GET", "/v1/chat/completions", post),
+        ("GET", "/v1/messages", post),
+        ("GET", "/v1/messages/count_tokens", post),
+        ("GET", "/v1/completions", post),
+        ("GET", "/v1/embeddings", post),
+        ("GET", "/v1/responses", post),
+        (
+            "PUT",
+            "/v1/responses/resp_1",
+            &["DELETE", "GET", "HEAD"][..],
+        ),
+        ("POST", "/v1/models", get),
+        ("POST", "/v1/models/m", get),
+        ("POST", "/healthz", get),
+        ("POST", "/readyz", get),
+        ("POST", "/metrics", get),
+        ("POST", "/v1/scorecard", get),
+        ("POST", "/dashboard", get),
+        ("GET", "/admin/reload", post),
+        ("POST", "/admin/breakers", get),
+        ("GET", "/admin/breakers/reset", post),
+        ("POST", "/admin/cache", &["DELETE", "GET", "HEAD"][..]),
+        ("POST", "/admin/keys", get),
+        ("GET", "/admin/keys/p", &["PUT"][..]),
+        ("GET", "/admin/keys/p/rollback", post),
+        ("GET", "/admin/keys/p/k1", &["DELETE"][..]),
+        ("PUT", "/admin/virtual-keys", &["GET", "HEAD", "POST"][..]),
+        (
+            "PUT",
+            "/admin/virtual-keys/v1",
+            &["DELETE", "GET", "HEAD", "PATCH"][..],
+        ),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let response = client()
+            .request(method.clone(), format!("{}{path}", gateway.url()))
+            .send()
+            .await
+            .expect("gateway answers");
+        assert_eq!(response.status(), 405, "{method} {path}");
+        let mut named: Vec<&str> = header(&response, "allow")
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .collect();
+        named.sort_unstable();
+        assert_eq!(named, allowed, "{method} {path}");
+    }
+}
+
 /// The client API's POSTs are served before the router; any other method on their paths
 /// still gets the router's 405, never a routed request.
 #[tokio::test]

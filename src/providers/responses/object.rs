@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
+use super::spec;
 use crate::providers::Usage;
 
 /// What a Response object repeats of its request, and its identity.
@@ -16,43 +17,23 @@ pub struct Echo {
 impl Echo {
     /// The echo of `request`, with a fresh response id.
     pub fn of(request: &Map<String, Value>) -> Echo {
-        let field = |name: &str, default: Value| {
-            request
-                .get(name)
-                .filter(|v| !v.is_null())
-                .cloned()
-                .unwrap_or(default)
-        };
         let mut fields = Map::new();
-        fields.insert("instructions".into(), field("instructions", Value::Null));
-        fields.insert(
-            "max_output_tokens".into(),
-            field("max_output_tokens", Value::Null),
-        );
-        fields.insert("metadata".into(), field("metadata", json!({})));
-        fields.insert(
-            "parallel_tool_calls".into(),
-            field("parallel_tool_calls", json!(true)),
-        );
-        fields.insert(
-            "previous_response_id".into(),
-            field("previous_response_id", Value::Null),
-        );
-        fields.insert(
-            "reasoning".into(),
-            field("reasoning", json!({"effort": null, "summary": null})),
-        );
-        fields.insert("store".into(), field("store", json!(true)));
-        fields.insert("temperature".into(), field("temperature", json!(1.0)));
-        fields.insert(
-            "text".into(),
-            field("text", json!({"format": {"type": "text"}})),
-        );
-        fields.insert("tool_choice".into(), field("tool_choice", json!("auto")));
-        fields.insert("tools".into(), field("tools", json!([])));
-        fields.insert("top_p".into(), field("top_p", json!(1.0)));
-        fields.insert("truncation".into(), json!("disabled"));
-        // OpenAI's schema types `user` as a string, never null: echoed only when sent.
+        for field in spec::ECHOED {
+            let value = match field {
+                // The chat translation sends no `strict` for a tool that has none, and chat's
+                // default is non-strict: `false` is what the step applied (OpenAI's Responses
+                // default, true, would claim a guarantee no translated step gives).
+                "tools" => match request.get("tools").filter(|v| !v.is_null()) {
+                    Some(tools) => spec::whole_tools(tools, &json!(false)),
+                    None => spec::unset(field),
+                },
+                // Any other truncation is refused on a translated step.
+                "truncation" => spec::unset(field),
+                _ => spec::echoed(request, field),
+            };
+            fields.insert(field.into(), value);
+        }
+        // A string, never null, in OpenAI's schema: echoed only when sent (see `spec`).
         if let Some(user) = request.get("user").filter(|v| !v.is_null()) {
             fields.insert("user".into(), user.clone());
         }
@@ -70,12 +51,13 @@ impl Echo {
         response.insert("object".into(), json!("response"));
         response.insert("created_at".into(), json!(self.created_at));
         response.insert("status".into(), json!(status));
-        response.insert("error".into(), Value::Null);
-        response.insert("incomplete_details".into(), Value::Null);
+        for field in spec::STATE {
+            response.insert(field.into(), Value::Null);
+        }
         response.insert("model".into(), json!(model));
         response.insert("output".into(), Value::Array(output));
-        // The schema's `usage` is an object, never null: left out until it is known (as in
-        // `response.created`), which the SDKs read as "no usage".
+        // An object, never null, in OpenAI's schema: left out until it is known (as in
+        // `response.created`), which the SDKs read as "no usage" (see `spec`).
         if !usage.is_null() {
             response.insert("usage".into(), usage);
         }
@@ -246,6 +228,34 @@ mod tests {
         let cut = from_chat(&echo, &cut).unwrap();
         assert_eq!(cut["status"], "incomplete");
         assert_eq!(cut["incomplete_details"]["reason"], "max_output_tokens");
+    }
+
+    #[test]
+    fn a_response_holds_every_field_the_specification_requires() {
+        let request = json!({"tools": [{"type": "function", "name": "f"}], "metadata": {"k": "v"}});
+        let echo = Echo::of(request.as_object().unwrap());
+        let started = echo.response("m", "in_progress", vec![], Value::Null);
+        let started = started.as_object().unwrap();
+        for field in ["id", "object", "created_at", "status", "model", "output"]
+            .into_iter()
+            .chain(spec::ECHOED)
+            .chain(spec::STATE)
+        {
+            assert!(started.contains_key(field), "{field}");
+        }
+        assert!(!spec::lacks_any(started));
+        assert_eq!(started["presence_penalty"], 0.0);
+        assert_eq!(started["top_logprobs"], 0);
+        assert_eq!(started["background"], false);
+        assert_eq!(started["service_tier"], "default");
+        assert_eq!(started["metadata"], json!({"k": "v"}));
+        assert_eq!(started["completed_at"], Value::Null);
+        assert_eq!(
+            started["tools"],
+            json!([{"type": "function", "name": "f", "parameters": null, "strict": false}])
+        );
+        let done = json!({"model": "m", "choices": [{"finish_reason": "stop", "message": {"content": "Hi"}}]});
+        assert!(from_chat(&echo, &done).unwrap()["completed_at"].is_u64());
     }
 
     #[test]

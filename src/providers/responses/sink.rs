@@ -349,6 +349,7 @@ pub fn error_event(sequence: u64, message: &str, code: &str) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::responses::spec;
     use crate::providers::stream::testing::{names, payloads};
     use serde_json::Map;
 
@@ -396,7 +397,13 @@ mod tests {
         for (i, event) in events.iter().enumerate() {
             assert_eq!(event["sequence_number"], i as u64);
         }
+        for event in [&events[0], &events[1], &events[14]] {
+            let response = event["response"].as_object().unwrap();
+            assert!(!spec::lacks_any(response), "{event}");
+        }
+        assert_eq!(events[0]["response"]["completed_at"], Value::Null);
         let completed = &events[14]["response"];
+        assert!(completed["completed_at"].is_u64());
         assert_eq!(completed["status"], "completed");
         assert_eq!(completed["output"][0]["content"][0]["text"], "Hi there");
         assert_eq!(completed["output"][1]["arguments"], "{\"a\":1}");

@@ -4,9 +4,10 @@
 //! `response.completed` event carries.
 
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::providers::responses::object::{item_id, unix_now};
+use crate::providers::responses::spec;
 use crate::providers::stream::named_event;
 
 /// The kept Response as this hit's own: a fresh id, made now, echoing this request's
@@ -14,13 +15,16 @@ use crate::providers::stream::named_event;
 pub fn fresh(kept: &[u8], store: bool) -> Option<Value> {
     let mut response: Value = serde_json::from_slice(kept).ok()?;
     let object = response.as_object_mut()?;
+    // One kept by an earlier release may lack what a Response now holds.
+    if spec::lacks_any(object) {
+        spec::complete(object, &Map::new());
+    }
     let now = unix_now();
     object.insert("id".into(), json!(item_id("resp")));
     object.insert("created_at".into(), json!(now));
+    // Only completed Responses are kept.
+    object.insert("completed_at".into(), json!(now));
     object.insert("store".into(), json!(store));
-    if object.contains_key("completed_at") {
-        object.insert("completed_at".into(), json!(now));
-    }
     Some(response)
 }
 
@@ -40,8 +44,9 @@ pub fn replay(response: &Value) -> Option<Bytes> {
     start["status"] = json!("in_progress");
     start["output"] = json!([]);
     if let Some(start) = start.as_object_mut() {
+        // Not known yet: left out, as the stream of a served answer leaves it (see `spec`).
         start.remove("usage");
-        start.remove("completed_at");
+        start.insert("completed_at".into(), Value::Null);
     }
     events.push("response.created", json!({"response": start}));
     events.push("response.in_progress", json!({"response": start}));
@@ -206,7 +211,12 @@ mod tests {
         assert_ne!(hit["id"], kept["id"]);
         assert!(hit["id"].as_str().unwrap().starts_with("resp_"));
         assert!(hit["created_at"].as_u64().unwrap() > 7);
+        assert_eq!(hit["completed_at"], hit["created_at"]);
         assert_eq!(hit["output"], kept["output"]);
+        assert_eq!(
+            hit["service_tier"], "default",
+            "completed where it lacks a field"
+        );
         assert_eq!(fresh(b"[1]", true), None);
     }
 
