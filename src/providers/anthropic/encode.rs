@@ -202,6 +202,45 @@ pub(crate) fn refuse_one_answer_fields(
     Ok(())
 }
 
+/// Each of `tools`' function tools declared as `name` and `description`, to which `extend`
+/// adds the provider's own fields from the function; any other tool type is refused for
+/// `target` ("a Gemini model").
+pub(crate) fn declare_functions(
+    tools: &[Value],
+    target: &str,
+    extend: impl Fn(&Value, &mut Map<String, Value>),
+) -> Result<Vec<Map<String, Value>>, Rejection> {
+    let mut declared = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        if tool.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(Rejection::new(
+                &format!("tools[{i}].type"),
+                format!("only function tools can be sent to {target}"),
+            ));
+        }
+        let function = tool.get("function").unwrap_or(&Value::Null);
+        let mut declaration = Map::new();
+        declaration.insert(
+            "name".into(),
+            function.get("name").cloned().unwrap_or(json!("")),
+        );
+        if let Some(description) = function.get("description") {
+            declaration.insert("description".into(), description.clone());
+        }
+        extend(function, &mut declaration);
+        declared.push(declaration);
+    }
+    Ok(declared)
+}
+
+/// A function's `parameters`, or the empty object schema a provider that requires one takes.
+pub(crate) fn parameters_or_empty(function: &Value) -> Value {
+    function
+        .get("parameters")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}))
+}
+
 /// OpenAI's `stop` (a string or a list) as a list of stop sequences; `None` when unset or
 /// empty.
 pub(crate) fn stop_sequences(request: &Map<String, Value>) -> Option<Value> {
@@ -405,34 +444,17 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
     let Some(Value::Array(tools)) = request.get("tools") else {
         return Ok(());
     };
-    let mut declared = Vec::with_capacity(tools.len());
-    for (i, tool) in tools.iter().enumerate() {
-        if tool.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(Rejection::new(
-                &format!("tools[{i}].type"),
-                "only function tools can be sent to an Anthropic model",
-            ));
-        }
-        let function = tool.get("function").unwrap_or(&Value::Null);
-        let mut declaration = Map::new();
-        declaration.insert(
-            "name".into(),
-            function.get("name").cloned().unwrap_or(json!("")),
-        );
-        if let Some(description) = function.get("description") {
-            declaration.insert("description".into(), description.clone());
-        }
-        let schema = function
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-        declaration.insert("input_schema".into(), schema);
-        // Strict tool use: Anthropic's structured outputs for tool inputs.
-        if let Some(strict) = function.get("strict").filter(|s| s.is_boolean()) {
-            declaration.insert("strict".into(), strict.clone());
-        }
-        declared.push(Value::Object(declaration));
-    }
+    let declared: Vec<Value> =
+        declare_functions(tools, "an Anthropic model", |function, declaration| {
+            declaration.insert("input_schema".into(), parameters_or_empty(function));
+            // Strict tool use: Anthropic's structured outputs for tool inputs.
+            if let Some(strict) = function.get("strict").filter(|s| s.is_boolean()) {
+                declaration.insert("strict".into(), strict.clone());
+            }
+        })?
+        .into_iter()
+        .map(Value::Object)
+        .collect();
     if declared.is_empty() {
         return Ok(());
     }

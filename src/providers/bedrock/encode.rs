@@ -29,7 +29,8 @@ use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
 use crate::providers::anthropic::encode::{
-    refuse_one_answer_fields, split_data_url, stop_sequences, text_of,
+    declare_functions, parameters_or_empty, refuse_one_answer_fields, split_data_url,
+    stop_sequences, text_of,
 };
 
 /// Writes `request` (OpenAI's format) as a Converse request.
@@ -255,33 +256,18 @@ fn tool_config(request: &Map<String, Value>, used_tools: bool) -> Result<Option<
             }
         },
     };
-    let mut specs = Vec::with_capacity(tools.len());
-    for (i, tool) in tools.iter().enumerate() {
-        if tool.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(Rejection::new(
-                &format!("tools[{i}].type"),
-                "only function tools can be sent to a Bedrock model",
-            ));
-        }
-        let function = tool.get("function").unwrap_or(&Value::Null);
-        let mut spec = Map::new();
+    let specs: Vec<Value> = declare_functions(tools, "a Bedrock model", |function, spec| {
         spec.insert(
-            "name".into(),
-            function.get("name").cloned().unwrap_or(json!("")),
+            "inputSchema".into(),
+            json!({"json": parameters_or_empty(function)}),
         );
-        if let Some(description) = function.get("description") {
-            spec.insert("description".into(), description.clone());
-        }
-        let parameters = function
-            .get("parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-        spec.insert("inputSchema".into(), json!({"json": parameters}));
         if function.get("strict") == Some(&json!(true)) {
             spec.insert("strict".into(), json!(true));
         }
-        specs.push(json!({"toolSpec": spec}));
-    }
+    })?
+    .into_iter()
+    .map(|spec| json!({"toolSpec": spec}))
+    .collect();
     let mut config = json!({"tools": specs});
     if let Some(choice) = choice {
         config["toolChoice"] = choice;

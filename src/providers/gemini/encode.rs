@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
 use crate::providers::anthropic::encode::{
-    refuse_one_answer_fields, split_data_url, stop_sequences, text_of,
+    declare_functions, refuse_one_answer_fields, split_data_url, stop_sequences, text_of,
 };
 
 /// Writes `request` (OpenAI's format) as Gemini's.
@@ -242,28 +242,15 @@ fn tools(request: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(
     let Some(Value::Array(tools)) = request.get("tools") else {
         return Ok(());
     };
-    let mut declarations = Vec::with_capacity(tools.len());
-    for (i, tool) in tools.iter().enumerate() {
-        if tool.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(Rejection::new(
-                &format!("tools[{i}].type"),
-                "only function tools can be sent to a Gemini model",
-            ));
-        }
-        let function = tool.get("function").unwrap_or(&Value::Null);
-        let mut declaration = Map::new();
-        declaration.insert(
-            "name".into(),
-            function.get("name").cloned().unwrap_or(json!("")),
-        );
-        if let Some(description) = function.get("description") {
-            declaration.insert("description".into(), description.clone());
-        }
-        if let Some(parameters) = function.get("parameters") {
-            declaration.insert("parametersJsonSchema".into(), parameters.clone());
-        }
-        declarations.push(Value::Object(declaration));
-    }
+    let declarations: Vec<Value> =
+        declare_functions(tools, "a Gemini model", |function, declaration| {
+            if let Some(parameters) = function.get("parameters") {
+                declaration.insert("parametersJsonSchema".into(), parameters.clone());
+            }
+        })?
+        .into_iter()
+        .map(Value::Object)
+        .collect();
     if declarations.is_empty() {
         return Ok(());
     }
