@@ -253,42 +253,60 @@ pub(crate) fn stop_sequences(request: &Map<String, Value>) -> Option<Value> {
 
 /// The system prompt's parts, and the turns in Anthropic's shape.
 fn messages(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), Rejection> {
+    let (system, turns) = read_turns(request, "an Anthropic model", |i, role, message| {
+        let content = message.get("content").unwrap_or(&Value::Null);
+        Ok(Some(match role {
+            "user" => ("user", content_blocks(content, i)?),
+            "assistant" => ("assistant", assistant_blocks(message, i)?),
+            // Anthropic wants the results of parallel tool calls in one user turn: merged.
+            "tool" => ("user", vec![tool_result(message, i)?]),
+            _ => return Ok(None),
+        }))
+    })?;
+    let turns = turns
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    Ok((system, turns))
+}
+
+/// A provider's role for one turn, and the turn's blocks.
+pub(crate) type Turn = (&'static str, Vec<Value>);
+
+/// An OpenAI chat's messages as a provider's turns: `system` and `developer` messages' text
+/// apart, every other message read by `read` (its index, role and itself) into a turn, or
+/// `None` for a role `target` ("a Gemini model") does not take. Consecutive turns of one
+/// role merge, as the Anthropic, Gemini and Bedrock APIs want roles to alternate.
+pub(crate) fn read_turns(
+    request: &Map<String, Value>,
+    target: &str,
+    mut read: impl FnMut(usize, &str, &Value) -> Result<Option<Turn>, Rejection>,
+) -> Result<(Vec<String>, Vec<Turn>), Rejection> {
     let Some(Value::Array(messages)) = request.get("messages") else {
         return Err(Rejection::new("messages", "`messages` must be an array"));
     };
     let mut system = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut turns: Vec<Turn> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let role = message.get("role").and_then(Value::as_str).unwrap_or("");
-        let content = message.get("content").unwrap_or(&Value::Null);
-        let (role, blocks) = match role {
-            "system" | "developer" => {
-                system.push(text_of(content, i)?);
-                continue;
-            }
-            "user" => ("user", content_blocks(content, i)?),
-            "assistant" => ("assistant", assistant_blocks(message, i)?),
-            "tool" => ("user", vec![tool_result(message, i)?]),
-            other => {
-                return Err(Rejection::new(
-                    &format!("messages[{i}].role"),
-                    format!("role `{other}` cannot be sent to an Anthropic model"),
-                ));
-            }
+        if matches!(role, "system" | "developer") {
+            system.push(text_of(message.get("content").unwrap_or(&Value::Null), i)?);
+            continue;
+        }
+        let Some((role, blocks)) = read(i, role, message)? else {
+            return Err(Rejection::new(
+                &format!("messages[{i}].role"),
+                format!("role `{role}` cannot be sent to {target}"),
+            ));
         };
         if blocks.is_empty() {
             continue;
         }
-        // Anthropic wants the results of parallel tool calls in one user turn.
         match turns.last_mut() {
             Some((last, previous)) if *last == role => previous.extend(blocks),
             _ => turns.push((role, blocks)),
         }
     }
-    let turns = turns
-        .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect();
     Ok((system, turns))
 }
 

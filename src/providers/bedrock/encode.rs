@@ -29,7 +29,7 @@ use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
 use crate::providers::anthropic::encode::{
-    declare_functions, parameters_or_empty, refuse_one_answer_fields, split_data_url,
+    declare_functions, parameters_or_empty, read_turns, refuse_one_answer_fields, split_data_url,
     stop_sequences, text_of,
 };
 
@@ -62,41 +62,19 @@ pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, R
 /// The system prompt's parts, the turns in Converse's shape, and whether any turn holds a
 /// tool call or result (Converse then needs the tools declared).
 fn messages(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>, bool), Rejection> {
-    let Some(Value::Array(messages)) = request.get("messages") else {
-        return Err(Rejection::new("messages", "`messages` must be an array"));
-    };
-    let mut system = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let mut used_tools = false;
-    for (i, message) in messages.iter().enumerate() {
-        let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+    let (system, turns) = read_turns(request, "a Bedrock model", |i, role, message| {
         let content = message.get("content").unwrap_or(&Value::Null);
-        let (role, blocks) = match role {
-            "system" | "developer" => {
-                system.push(text_of(content, i)?);
-                continue;
-            }
+        Ok(Some(match role {
             "user" => ("user", user_blocks(content, i)?),
             "assistant" => ("assistant", assistant_blocks(message, i)?),
             "tool" => ("user", vec![tool_result(message, i)?]),
-            other => {
-                return Err(Rejection::new(
-                    &format!("messages[{i}].role"),
-                    format!("role `{other}` cannot be sent to a Bedrock model"),
-                ));
-            }
-        };
-        used_tools |= blocks
-            .iter()
-            .any(|b| b.get("toolUse").is_some() || b.get("toolResult").is_some());
-        if blocks.is_empty() {
-            continue;
-        }
-        match turns.last_mut() {
-            Some((last, previous)) if *last == role => previous.extend(blocks),
-            _ => turns.push((role, blocks)),
-        }
-    }
+            _ => return Ok(None),
+        }))
+    })?;
+    let used_tools = turns
+        .iter()
+        .flat_map(|(_, blocks)| blocks)
+        .any(|block| block.get("toolUse").is_some() || block.get("toolResult").is_some());
     let turns = turns
         .into_iter()
         .map(|(role, content)| json!({"role": role, "content": content}))

@@ -28,7 +28,8 @@ use serde_json::{Map, Value, json};
 
 use crate::providers::Rejection;
 use crate::providers::anthropic::encode::{
-    declare_functions, refuse_one_answer_fields, split_data_url, stop_sequences, text_of,
+    declare_functions, read_turns, refuse_one_answer_fields, split_data_url, stop_sequences,
+    text_of,
 };
 
 /// Writes `request` (OpenAI's format) as Gemini's.
@@ -52,39 +53,17 @@ pub fn from_openai(request: &Map<String, Value>) -> Result<Map<String, Value>, R
 }
 
 fn contents(request: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), Rejection> {
-    let Some(Value::Array(messages)) = request.get("messages") else {
-        return Err(Rejection::new("messages", "`messages` must be an array"));
-    };
-    let mut system = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     // Gemini names a function response by the function, OpenAI by the call's id.
     let mut call_names: BTreeMap<String, String> = BTreeMap::new();
-    for (i, message) in messages.iter().enumerate() {
-        let role = message.get("role").and_then(Value::as_str).unwrap_or("");
+    let (system, turns) = read_turns(request, "a Gemini model", |i, role, message| {
         let content = message.get("content").unwrap_or(&Value::Null);
-        let (role, parts) = match role {
-            "system" | "developer" => {
-                system.push(text_of(content, i)?);
-                continue;
-            }
+        Ok(Some(match role {
             "user" => ("user", user_parts(content, i)?),
             "assistant" => ("model", model_parts(message, i, &mut call_names)?),
             "tool" => ("user", vec![function_response(message, i, &call_names)?]),
-            other => {
-                return Err(Rejection::new(
-                    &format!("messages[{i}].role"),
-                    format!("role `{other}` cannot be sent to a Gemini model"),
-                ));
-            }
-        };
-        if parts.is_empty() {
-            continue;
-        }
-        match turns.last_mut() {
-            Some((last, previous)) if *last == role => previous.extend(parts),
-            _ => turns.push((role, parts)),
-        }
-    }
+            _ => return Ok(None),
+        }))
+    })?;
     let contents = turns
         .into_iter()
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
