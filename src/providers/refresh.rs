@@ -8,6 +8,7 @@
 //! credentials anywhere, a token endpoint down) would otherwise hold every request for its
 //! whole attempt time before the chain moved on.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +18,46 @@ use tokio::time::Instant;
 
 /// How long a failed refresh is not tried again.
 pub const QUIET_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+/// Each provider's credential source, by provider id: made at its first request, and made
+/// again when a reload changes what it was made from.
+pub struct PerProvider<S> {
+    sources: Mutex<HashMap<Arc<str>, Arc<S>>>,
+}
+
+impl<S> Default for PerProvider<S> {
+    fn default() -> Self {
+        PerProvider {
+            sources: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<S> PerProvider<S> {
+    /// `id`'s source while `current` says it was made from today's settings, else `make`'s.
+    pub fn get_or_make(
+        &self,
+        id: &str,
+        current: impl Fn(&S) -> bool,
+        make: impl FnOnce() -> S,
+    ) -> Arc<S> {
+        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        match sources.get(id) {
+            Some(source) if current(source) => source.clone(),
+            _ => {
+                let source = Arc::new(make());
+                sources.insert(Arc::from(id), source.clone());
+                source
+            }
+        }
+    }
+
+    /// `id`'s source, if it has one.
+    pub fn get(&self, id: &str) -> Option<Arc<S>> {
+        let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
+        sources.get(id).cloned()
+    }
+}
 
 /// The current value and the one refresh in flight.
 pub struct Refreshed<T> {

@@ -7,8 +7,7 @@
 //! provider's credentials are cached, and refreshed one caller at a time a minute before
 //! they expire, so a crowd arriving at expiry costs one call to STS or the metadata service.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use aws_config::default_provider::credentials::DefaultCredentialsChain;
@@ -22,7 +21,7 @@ use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
 use crate::config::{AwsCredentialSource, BedrockSettings, Provider};
 use crate::keys::KeyLease;
-use crate::providers::refresh::Refreshed;
+use crate::providers::refresh::{PerProvider, Refreshed};
 use crate::secret::Secret;
 
 /// How long before their expiry credentials are replaced: AWS's SDKs refresh within a
@@ -32,7 +31,7 @@ const REFRESH_AHEAD: Duration = Duration::from_secs(60);
 /// Every Bedrock provider's credentials, made at its first request.
 #[derive(Default)]
 pub struct AwsCredentials {
-    sources: Mutex<HashMap<Arc<str>, Arc<Source>>>,
+    sources: PerProvider<Source>,
 }
 
 /// One provider's credentials.
@@ -76,33 +75,24 @@ impl AwsCredentials {
     /// Bedrock refused `lease`'s credentials: they are dropped, unless newer ones replaced
     /// them, so the next attempt reads them again (a rotated file, a new role session).
     pub fn refused(&self, provider: &Provider, lease: &KeyLease) {
-        let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(source) = sources.get(provider.id.as_str()).cloned() else {
-            return;
-        };
-        drop(sources);
-        if let Some(refused) = &lease.aws {
+        if let (Some(source), Some(refused)) = (self.sources.get(provider.id.as_str()), &lease.aws)
+        {
             source.credentials.forget_if(|c| c == refused.as_ref());
         }
     }
 
     fn source(&self, provider: &Provider, settings: Arc<BedrockSettings>) -> Arc<Source> {
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-        let id: Arc<str> = Arc::from(provider.id.as_str());
-        match sources.get(&id) {
-            // Compared by value: a reload makes new settings, and an unchanged provider keeps
-            // its credentials.
-            Some(source) if same(&source.settings, &settings) => source.clone(),
-            _ => {
-                let source = Arc::new(Source {
-                    settings,
-                    provider: tokio::sync::OnceCell::new(),
-                    credentials: Refreshed::default(),
-                });
-                sources.insert(id, source.clone());
-                source
-            }
-        }
+        // Compared by value: a reload makes new settings, and an unchanged provider keeps its
+        // credentials.
+        self.sources.get_or_make(
+            provider.id.as_str(),
+            |source| same(&source.settings, &settings),
+            || Source {
+                settings: settings.clone(),
+                provider: tokio::sync::OnceCell::new(),
+                credentials: Refreshed::default(),
+            },
+        )
     }
 }
 

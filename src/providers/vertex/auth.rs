@@ -6,14 +6,13 @@
 //! fetch a new one. Here one refresh runs at a time for each provider, and callers that
 //! waited on it take its token: 100 requests arriving as a token expires cost one refresh.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use gcp_auth::{CustomServiceAccount, Token, TokenProvider};
 
 use crate::config::{GoogleCredentials, Provider, VertexSettings};
 use crate::keys::KeyLease;
-use crate::providers::refresh::Refreshed;
+use crate::providers::refresh::{PerProvider, Refreshed};
 use crate::secret::Secret;
 
 /// What Vertex's API needs a token for.
@@ -22,7 +21,7 @@ const SCOPES: &[&str] = &["https://www.googleapis.com/auth/cloud-platform"];
 /// Every Vertex provider's token source, made at its first request.
 #[derive(Default)]
 pub struct GoogleTokens {
-    sources: Mutex<HashMap<Arc<str>, Arc<Source>>>,
+    sources: PerProvider<Source>,
 }
 
 /// One provider's tokens.
@@ -60,11 +59,9 @@ impl GoogleTokens {
 
     /// The provider refused `lease`'s token: it is dropped, unless a newer one replaced it.
     pub fn refused(&self, provider: &Provider, lease: &KeyLease) {
-        let sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(source) = sources.get(provider.id.as_str()).cloned() else {
+        let Some(source) = self.sources.get(provider.id.as_str()) else {
             return;
         };
-        drop(sources);
         // The provider first: a refresh in between must not get the refused token back
         // from its cache.
         let refused = |token: &Token| token.as_str() == lease.secret.expose();
@@ -75,22 +72,17 @@ impl GoogleTokens {
     }
 
     fn source(&self, provider: &Provider, settings: Arc<VertexSettings>) -> Arc<Source> {
-        let mut sources = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-        let id: Arc<str> = Arc::from(provider.id.as_str());
-        match sources.get(&id) {
-            // Compared by value: a reload makes new settings, and an unchanged provider keeps
-            // its token.
-            Some(source) if same(&source.settings, &settings) => source.clone(),
-            _ => {
-                let source = Arc::new(Source {
-                    settings,
-                    provider: Mutex::new(None),
-                    tokens: Refreshed::default(),
-                });
-                sources.insert(id, source.clone());
-                source
-            }
-        }
+        // Compared by value: a reload makes new settings, and an unchanged provider keeps its
+        // token.
+        self.sources.get_or_make(
+            provider.id.as_str(),
+            |source| same(&source.settings, &settings),
+            || Source {
+                settings: settings.clone(),
+                provider: Mutex::new(None),
+                tokens: Refreshed::default(),
+            },
+        )
     }
 }
 
