@@ -223,6 +223,9 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// A kept-alive connection with no request in flight is closed after this.
     pub idle_timeout: Duration,
+    /// A Responses WebSocket with no response in flight and no message from its client is
+    /// closed after this. Longer than `idle_timeout`: an agent's tools run between turns.
+    pub websocket_idle_timeout: Duration,
     /// A request body must arrive whole within this of its head.
     pub body_timeout: Duration,
     /// Client connections served at once; `None` derives it from the file-descriptor limit.

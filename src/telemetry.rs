@@ -391,6 +391,20 @@ impl Telemetry {
         writer::cost(&self.prices.load(), record)
     }
 
+    /// What `provider`'s `model` charges for these tokens, by the prices rows are costed
+    /// with; `None` without a price.
+    pub fn price(
+        &self,
+        provider: &str,
+        model: &str,
+        tokens_in: u64,
+        tokens_out: u64,
+    ) -> Option<f64> {
+        let key = (ProviderId(provider.into()), ModelName(model.into()));
+        let prices = self.prices.load();
+        Some(prices.get(&key)?.cost(tokens_in, tokens_out))
+    }
+
     /// Takes a reloaded config's names and prices: the metrics' labels, the spans'
     /// providers, and what rows are costed with.
     pub fn reconfigure(&self, config: &Config) {

@@ -29,6 +29,7 @@ mod gateway {
     mod cost_header;
     mod cross_vendor;
     mod dashboard;
+    mod docs;
     mod embeddings;
     mod endpoints;
     mod fallback;
@@ -41,7 +42,7 @@ mod gateway {
     mod keys;
     mod lifecycle;
     mod limits;
-    mod logqueue;
+    pub mod logqueue;
     mod lossless;
     mod managed_services;
     mod messages;
@@ -54,9 +55,12 @@ mod gateway {
     pub mod redis_faults;
     mod reload;
     pub mod responses;
+    mod responses_compact;
     mod responses_complete;
     mod responses_state;
     mod responses_stream;
+    mod responses_websocket;
+    mod responses_websocket_process;
     mod retry_after;
     mod retry_budget;
     mod scorecard_truth;

@@ -162,6 +162,7 @@ pub struct RawServer {
     pub admin_listen: Option<String>,
     pub header_timeout: Option<String>,
     pub idle_timeout: Option<String>,
+    pub websocket_idle_timeout: Option<String>,
     pub body_timeout: Option<String>,
     pub max_connections: Option<u64>,
     pub max_connections_per_ip: Option<u64>,

@@ -96,6 +96,11 @@ impl ProviderKeys {
         })
     }
 
+    /// The master key's vault, for what else the gateway seals under it (compaction items).
+    pub fn vault(&self) -> &Vault {
+        &self.vault
+    }
+
     /// Where the master key came from, to say once at start.
     pub fn announce(&self) {
         match &self.vault.source {

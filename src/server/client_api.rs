@@ -18,17 +18,19 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use super::endpoint::Endpoint;
 use super::error::{BodyError, is_body_timeout};
+use super::responses::compact;
 use super::{AppState, completions, embeddings, messages, responses};
 use super::{chat, refusal};
 
 /// The client API's POST endpoints, by path.
-pub(super) const ENDPOINTS: [(&str, &Endpoint); 6] = [
+pub(super) const ENDPOINTS: [(&str, &Endpoint); 7] = [
     ("/v1/chat/completions", &chat::CHAT),
     ("/v1/messages", &messages::MESSAGES),
     ("/v1/messages/count_tokens", &messages::COUNT_TOKENS),
     ("/v1/completions", &completions::COMPLETIONS),
     ("/v1/embeddings", &embeddings::EMBEDDINGS),
     ("/v1/responses", &responses::RESPONSES),
+    (compact::PATH, &compact::COMPACT),
 ];
 
 /// The endpoint a POST to `path` is for, if it is one of the client API's.
@@ -58,7 +60,12 @@ where
     }
     let body = read_body(body, state.config().server.max_body_bytes).await;
     let unread = body.is_err();
-    let mut response = chat::handle(&state, peer, &parts.headers, body, endpoint).await;
+    let mut response = if parts.uri.path() == compact::PATH {
+        // Boxed: inline, its two steps' futures would make every request's future larger.
+        Box::pin(serve_compact(&state, peer, &parts.headers, body)).await
+    } else {
+        chat::handle(&state, peer, &parts.headers, body, endpoint).await
+    };
     if unread {
         // The rest of the body was never read, so the connection cannot carry another
         // request: say so, rather than leave hyper to find out.
@@ -68,6 +75,26 @@ where
         );
     }
     response
+}
+
+/// `POST /v1/responses/compact`: the summary is an ordinary Responses request, routed as
+/// any other, and its answer becomes the compacted conversation.
+async fn serve_compact(
+    state: &AppState,
+    peer: IpAddr,
+    headers: &http::HeaderMap,
+    body: Result<Bytes, BodyError>,
+) -> Response {
+    match compact::ask(state, headers, body).await {
+        compact::Ask::Answered(response) => response,
+        compact::Ask::AsIs(body) => {
+            chat::handle(state, peer, headers, body, &responses::RESPONSES).await
+        }
+        compact::Ask::Summarize(compaction, request) => {
+            let summary = chat::handle(state, peer, headers, Ok(request), &responses::RESPONSES);
+            compaction.answer(state.keys.vault(), summary.await).await
+        }
+    }
 }
 
 /// The whole body, at most `limit` bytes of it.

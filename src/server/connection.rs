@@ -33,6 +33,7 @@ use tokio::time::{Instant, Sleep};
 
 pub mod roster;
 mod watchdog;
+mod websocket;
 
 use self::watchdog::{Activity, BodyAwaited, InFlight};
 use super::error::BodyTimeout;
@@ -101,6 +102,7 @@ pub async fn serve(
 ) {
     let activity = stream.activity.clone();
     let refused_unread = Arc::new(AtomicBool::new(false));
+    let upgraded = UpgradeSlot::default();
     let service = Tracked {
         inner: TowerToHyperService::new(service.router),
         client_api: service.client_api,
@@ -108,6 +110,7 @@ pub async fn serve(
         body_timeout: timeouts.body,
         peer,
         refused_unread: refused_unread.clone(),
+        upgraded: upgraded.clone(),
     };
     let mut connection = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
     let watchdog = activity.expiry(timeouts);
@@ -142,7 +145,14 @@ pub async fn serve(
     if served.is_err() || draining {
         return;
     }
-    let stream = connection.into_parts().io.into_inner();
+    let parts = connection.into_parts();
+    let stream = parts.io.into_inner();
+    if let Some(handoff) = upgraded.take() {
+        // A Responses WebSocket: hyper has sent the 101 and hands back the socket, with
+        // whatever the client sent past its handshake.
+        websocket::serve(stream, parts.read_buf, handoff, stop).await;
+        return;
+    }
     if refused_unread.load(Ordering::Relaxed) {
         // A body that declared no length was refused at the cap: its client is still
         // sending, and may send without end. Nothing more of it is read; the answer is
@@ -259,6 +269,22 @@ struct Tracked {
     /// Set when a body without a declared length was refused at `max_body_bytes` (a 413):
     /// the connection then closes without taking any more of it.
     refused_unread: Arc<AtomicBool>,
+    /// Set when a Responses WebSocket upgrade was answered with a 101.
+    upgraded: UpgradeSlot,
+}
+
+/// What an upgraded connection is served with, left by the service for the connection.
+#[derive(Clone, Default)]
+struct UpgradeSlot(Arc<std::sync::Mutex<Option<websocket::Handoff>>>);
+
+impl UpgradeSlot {
+    fn put(&self, handoff: websocket::Handoff) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(handoff);
+    }
+
+    fn take(&self) -> Option<websocket::Handoff> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 type TrackedFuture = Pin<Box<dyn Future<Output = Result<Response<ActiveBody>, Infallible>> + Send>>;
@@ -278,6 +304,23 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
             deadline,
             timer: None,
         });
+        if let Some(server) = &self.client_api
+            && websocket::is_upgrade(&request)
+        {
+            let state = AppState::from_ref(server);
+            let peer = self.peer.0.ip();
+            let (headers, upgraded) = (request.headers().clone(), self.upgraded.clone());
+            return Box::pin(async move {
+                let (response, handoff) = websocket::answer(state, peer, &headers).await;
+                if let Some(handoff) = handoff {
+                    upgraded.put(handoff);
+                }
+                Ok(response.map(|body| ActiveBody {
+                    inner: body,
+                    _in_flight: in_flight,
+                }))
+            });
+        }
         let direct = match &self.client_api {
             Some(server) if request.method() == Method::POST => {
                 client_api::endpoint(request.uri().path()).map(|endpoint| (server, endpoint))

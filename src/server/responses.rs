@@ -5,8 +5,10 @@
 //! Around it this module does what only the Responses API has: before routing, it rebuilds
 //! the whole input from the stored turn `previous_response_id` names, so any provider can
 //! serve the next turn; after, it stores the served response (`store: true`, the default)
-//! before the client can see its id.
+//! before the client can see its id. `POST /v1/responses/compact` ([`compact`]) summarises a
+//! conversation into a sealed `compaction` item, which `before` opens again for its own key.
 
+pub(super) mod compact;
 pub mod degraded;
 mod state;
 
@@ -24,7 +26,20 @@ use crate::providers::responses::spec;
 use crate::providers::{ClientFormat, Operation, RequestBody};
 use crate::store::within;
 
-pub(super) use state::{after, after_hit, before};
+pub(super) use state::{after, after_hit, earlier_turns};
+
+/// Rebuilds the request's input from its previous turn and plans what to store after
+/// ([`state::before`]); then opens the compaction items the gateway sealed for this caller,
+/// so the serving step reads their summaries while the stored turn keeps them sealed.
+pub(super) async fn before(
+    state: &AppState,
+    caller: &Caller,
+    request: &mut crate::providers::ClientRequest,
+) -> Result<state::Plan, ApiError> {
+    let plan = state::before(state, caller, request).await?;
+    compact::open_items(state.keys.vault(), &scope(caller), request)?;
+    Ok(plan)
+}
 
 pub(super) const RESPONSES: Endpoint = Endpoint {
     format: ClientFormat::OpenAi,
@@ -73,7 +88,7 @@ fn check_responses(request: &RequestBody) -> Result<bool, ApiError> {
 }
 
 /// Whose stored responses a caller sees: its virtual key's, or every anonymous caller's.
-fn scope(caller: &Caller) -> String {
+pub(super) fn scope(caller: &Caller) -> String {
     match &caller.key {
         Some(key) => key.id.clone(),
         None => "anonymous".into(),

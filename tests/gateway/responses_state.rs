@@ -274,3 +274,28 @@ async fn an_item_reference_to_a_stored_output_item_reaches_a_translated_step_as_
     );
     assert_eq!(sent["messages"][2]["role"], "tool");
 }
+
+/// A translated stream's terminal event comes in one frame with the text's last delta and
+/// the items' ends: it is found there, and the turn stored, so the next can continue it.
+#[tokio::test]
+async fn a_translated_streamed_turn_is_stored() {
+    let fake = scripted("compat", []).await;
+    let gateway = served_by("compat", &fake).start().await;
+    let body = json!({"model": "r", "input": "hi", "stream": true});
+    let response = send(
+        &gateway,
+        reqwest::Method::POST,
+        "/v1/responses",
+        None,
+        Some(&body),
+    )
+    .await;
+    let events = sse_events(&response.text().await.unwrap());
+    let id = events.last().unwrap().1["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/responses/{id}");
+    let stored = send(&gateway, reqwest::Method::GET, &path, None, None).await;
+    assert_eq!(stored.status(), 200);
+}

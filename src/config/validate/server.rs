@@ -11,6 +11,9 @@ use crate::config::raw::RawServer;
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a kept-alive connection may sit between requests.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a Responses WebSocket may sit with nothing in flight: an agent runs its tools
+/// between turns.
+pub const DEFAULT_WEBSOCKET_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// A whole request body in this long of its head.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Shutdown waits this long for in-flight requests: reasoning models stream for minutes, and
@@ -80,6 +83,11 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
         raw.idle_timeout,
         DEFAULT_IDLE_TIMEOUT,
     );
+    let websocket_idle_timeout = duration(
+        "server.websocket_idle_timeout",
+        raw.websocket_idle_timeout,
+        DEFAULT_WEBSOCKET_IDLE_TIMEOUT,
+    );
     let body_timeout = duration(
         "server.body_timeout",
         raw.body_timeout,
@@ -104,6 +112,7 @@ pub fn server(errors: &mut Errors, raw: RawServer) -> ServerConfig {
             .and_then(|a| errors.addr("server.admin_listen", &a)),
         header_timeout,
         idle_timeout,
+        websocket_idle_timeout,
         body_timeout,
         max_connections: raw
             .max_connections
@@ -135,6 +144,7 @@ mod tests {
         let server = Config::parse("").unwrap().server;
         assert_eq!(server.header_timeout, Duration::from_secs(10));
         assert_eq!(server.idle_timeout, Duration::from_secs(60));
+        assert_eq!(server.websocket_idle_timeout, Duration::from_secs(600));
         assert_eq!(server.body_timeout, Duration::from_secs(30));
         assert_eq!(server.shutdown_grace, Duration::from_secs(600));
         assert_eq!(server.drain_delay, Duration::from_secs(5));

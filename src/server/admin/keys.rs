@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::Admin;
 use crate::config::parse_duration;
-use crate::keys::provider_keys::KeyError;
+use crate::keys::provider_keys::{KeyError, MAX_EXPIRES_IN_DAYS};
 use crate::server::{ApiError, AppState};
 
 /// `PUT /admin/keys/{provider}`'s body. Its `Debug` never shows the secret.
@@ -134,8 +134,15 @@ fn key_error(error: KeyError) -> ApiError {
             tracing::error!(error = %error, "provider key operation failed");
             ApiError::Internal("the key store failed; see the gateway's log")
         }
+        // The store's own message names the CLI's `--id`; over HTTP the id goes in the body.
+        KeyError::AmbiguousKey(provider) => ApiError::InvalidRequest {
+            message: format!(
+                "`{provider}` has several keys: name one in the body, {{\"id\": \"…\"}}"
+            ),
+            param: Some("id"),
+        },
         KeyError::BadExpiry => ApiError::InvalidRequest {
-            message: error.to_string(),
+            message: format!("expires_in must be more than 0 and at most {MAX_EXPIRES_IN_DAYS}d"),
             param: Some("expires_in"),
         },
         _ => invalid(&error.to_string()),

@@ -80,7 +80,11 @@ async fn resolve_reference(state: &AppState, item: &Value, scope: &str) -> Resul
 }
 
 /// The input and output items of the turn `id` and every turn before it.
-async fn earlier_turns(state: &AppState, id: &str, scope: &str) -> Result<Vec<Value>, ApiError> {
+pub async fn earlier_turns(
+    state: &AppState,
+    id: &str,
+    scope: &str,
+) -> Result<Vec<Value>, ApiError> {
     let timeout = state.config().store.timeout;
     let stored = within(timeout, state.store.response(id, scope))
         .await
@@ -142,12 +146,20 @@ fn terminal_response(frame: &Bytes) -> Option<Value> {
     if !text.contains("response.completed") && !text.contains("response.incomplete") {
         return None;
     }
-    let data = text.lines().find_map(|line| line.strip_prefix("data:"))?;
-    let event: Value = serde_json::from_str(data.trim()).ok()?;
-    match event.get("type").and_then(Value::as_str) {
-        Some("response.completed" | "response.incomplete") => event.get("response").cloned(),
-        _ => None,
-    }
+    // A frame may carry several events (a translated stream's last text, its items' ends
+    // and its terminal event come in one): the terminal one is the last.
+    text.lines()
+        .rev()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .find_map(|data| {
+            let event: Value = serde_json::from_str(data.trim()).ok()?;
+            match event.get("type").and_then(Value::as_str) {
+                Some("response.completed" | "response.incomplete") => {
+                    event.get("response").cloned()
+                }
+                _ => None,
+            }
+        })
 }
 
 /// A Response's output items that have an id, by id.

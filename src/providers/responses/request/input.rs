@@ -35,6 +35,14 @@ pub(super) fn input_messages(
             // A provider's own reasoning (often encrypted): no other provider can read it,
             // and it is never replayed as visible text.
             "reasoning" => {}
+            // The gateway opens the compaction items it sealed before a step is chosen; what
+            // is left was sealed by a provider (OpenAI), and only it can read it.
+            "compaction" => {
+                return Err(Rejection::new(
+                    &format!("input[{i}].encrypted_content"),
+                    "this `compaction` item was not made by this gateway's `/v1/responses/compact`: only the provider that made it can read it, and this route's serving step does not speak the Responses API",
+                ));
+            }
             other => {
                 return Err(Rejection::new(
                     &format!("input[{i}].type"),
@@ -165,4 +173,33 @@ fn call_output(item: &Value, i: usize) -> Result<Value, Rejection> {
         }
     };
     Ok(json!({"role": "tool", "tool_call_id": call_id, "content": output}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_compaction_item_left_sealed_is_refused_naming_its_content() {
+        let input = json!([
+            {"role": "user", "content": "Hi"},
+            {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"},
+        ]);
+        let refused = input_messages(Some(&input), &mut Vec::new()).unwrap_err();
+        assert_eq!(refused.param.as_deref(), Some("input[1].encrypted_content"));
+    }
+
+    #[test]
+    fn an_opened_compaction_is_a_developer_message_in_context() {
+        let input = json!([
+            {"role": "user", "content": "Hi"},
+            {"type": "message", "role": "developer", "content": "Summary: Ada, Oslo."},
+        ]);
+        let mut messages = Vec::new();
+        input_messages(Some(&input), &mut messages).unwrap();
+        assert_eq!(
+            messages[1],
+            json!({"role": "developer", "content": "Summary: Ada, Oslo."})
+        );
+    }
 }
