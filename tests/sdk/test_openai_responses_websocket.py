@@ -115,3 +115,53 @@ def test_a_refused_turn_is_an_error_event_on_an_open_socket(openai_client, fakes
     assert refused[-1].type == "error"
     assert refused[-1].status == 404
     assert served[-1].response.output_text == "still here"
+
+
+def test_a_second_key_cannot_read_the_first_keys_state(stack, tmp_path):
+    """A gateway of its own with auth required, two virtual keys made with the CLI."""
+    import re
+    import subprocess
+
+    from openai import NotFoundError, OpenAI
+
+    from conftest import BIN, free_port, start
+
+    fake = stack["kinds"]["openai"]
+    fake.script({"content": "kept for ana"})
+    port = free_port()
+    config = tmp_path / "switchyard.toml"
+    config.write_text(
+        f'[server]\nlisten = "127.0.0.1:{port}"\n[auth]\nrequired = true\n'
+        f'[store]\nurl = "sqlite://{tmp_path}/store.db"\n'
+        f'[[providers]]\nname = "up"\nkind = "openai"\nbase_url = "{fake.base_url}"\n'
+        f'key_required = false\n[[routes]]\nname = "r"\nsteps = [{{ provider = "up", model = "m" }}]\n'
+    )
+
+    def issue(user):
+        made = subprocess.run(
+            [BIN, "vkeys", "create", "--config", str(config), "--user", user, "--role", "default"],
+            capture_output=True, text=True, check=True,
+        )
+        return re.search(r"sy-\S+", made.stdout).group(0)
+
+    ana, bo = issue("ana"), issue("bo")
+    gateway = start(["serve", "--config", str(config)], "switchyard listening", "stderr")
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        owner = OpenAI(base_url=url, api_key=ana, timeout=15, max_retries=0)
+        other = OpenAI(base_url=url, api_key=bo, timeout=15, max_retries=0)
+        with owner.responses.connect() as connection:
+            connection.response.create(model="r", input="a secret plan")
+            first = events_of_one_turn(connection)[-1].response
+        assert first.output_text == "kept for ana"
+        with other.responses.connect() as connection:
+            connection.response.create(model="r", input="go on", previous_response_id=first.id)
+            refused = events_of_one_turn(connection)[-1]
+        assert refused.type == "error"
+        assert refused.error.code == "previous_response_not_found"
+        with pytest.raises(NotFoundError):
+            other.responses.retrieve(first.id)
+        assert owner.responses.retrieve(first.id).output_text == "kept for ana"
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=10)
