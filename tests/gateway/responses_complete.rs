@@ -228,3 +228,39 @@ async fn a_complete_passed_through_response_is_forwarded_as_it_came() {
     let response = create(&gateway, &json!({"model": "r", "input": "Hi"})).await;
     assert_eq!(response.text().await.unwrap(), text);
 }
+
+/// A provider that speaks the Responses API is sent the whole conversation in place of
+/// `previous_response_id`, so it answers with that field null: the gateway names the turn the
+/// client continued, in the whole answer and in the stream's Responses.
+#[tokio::test]
+async fn a_passed_through_turn_names_the_turn_it_continued() {
+    let primary = scripted("primary", []).await;
+    let secondary = scripted("secondary", []).await;
+    let gateway = super::responses::chain(&primary, "anthropic", &secondary, "").await;
+    let first = create(&gateway, &json!({"model": "r", "input": "Hi"})).await;
+    assert_eq!(header(&first, "x-switchyard-provider"), "primary");
+    let id = first.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let next = json!({"model": "r", "input": "And?", "previous_response_id": id});
+    let whole: Value = create(&gateway, &next).await.json().await.unwrap();
+    assert_eq!(whole["previous_response_id"], id.as_str(), "{whole}");
+    let mut streamed = next.clone();
+    streamed["stream"] = json!(true);
+    let events = sse_events(&create(&gateway, &streamed).await.text().await.unwrap());
+    let carrying: Vec<&Value> = events
+        .iter()
+        .filter_map(|(_, e)| e.get("response"))
+        .collect();
+    assert!(carrying.len() >= 2, "{events:?}");
+    for response in carrying {
+        assert_eq!(response["previous_response_id"], id.as_str(), "{response}");
+    }
+    // The provider itself was never sent the id: it got the whole input.
+    let sent = primary.requests().last().unwrap().json();
+    assert!(
+        sent.get("previous_response_id").is_none_or(Value::is_null),
+        "{sent}"
+    );
+}

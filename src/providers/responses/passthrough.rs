@@ -35,6 +35,17 @@ impl Passthrough {
         }
     }
 
+    /// Whether the client continued a turn: its body is read whole only if it names one.
+    fn continues(&mut self) -> bool {
+        if memchr::memmem::find(&self.request, b"\"previous_response_id\"").is_none() {
+            return false;
+        }
+        let settings = self
+            .settings
+            .get_or_insert_with(|| request_settings(&self.request));
+        spec::continues(settings)
+    }
+
     /// The event with its Response completed; as it came if that cannot be done.
     fn completed(&mut self, event: &SseEvent, kind: &str) -> Bytes {
         let Ok(mut data) = serde_json::from_str::<Value>(event.data()) else {
@@ -73,7 +84,9 @@ impl StreamTranslator for Passthrough {
             .and_then(|r| r.usage.as_ref())
             .and_then(usage_counts);
         let failed = matches!(probe.kind.as_str(), "response.failed" | "error");
-        let lacking = !failed && probe.response.as_ref().is_some_and(|r| r.lacking);
+        // A Response naming no previous turn is built again only when the client named one.
+        let unnamed = probe.response.as_ref().is_some_and(|r| r.no_previous) && self.continues();
+        let lacking = !failed && (unnamed || probe.response.as_ref().is_some_and(|r| r.lacking));
         let forward = if lacking {
             vec![self.completed(event, &probe.kind)]
         } else {
@@ -148,7 +161,11 @@ pub fn whole(body: &Bytes, request: &Map<String, Value>) -> Option<(Bytes, Optio
         return None;
     }
     let usage = response.get("usage").and_then(usage_counts);
-    if !spec::lacks_any(&response) {
+    let unnamed = spec::continues(request)
+        && response
+            .get("previous_response_id")
+            .is_none_or(Value::is_null);
+    if !unnamed && !spec::lacks_any(&response) {
         return Some((body.clone(), usage));
     }
     spec::complete(&mut response, request);

@@ -111,6 +111,7 @@ pub fn lacks_any(response: &Map<String, Value>) -> bool {
 /// value), each state field null, and the fields a function tool lacks (`strict` null: the
 /// gateway cannot know what the provider applied). Nothing it holds is changed.
 pub fn complete(response: &mut Map<String, Value>, request: &Map<String, Value>) {
+    name_previous(response, request);
     for field in ECHOED {
         if !response.contains_key(field) {
             response.insert(field.into(), echoed(request, field));
@@ -122,6 +123,26 @@ pub fn complete(response: &mut Map<String, Value>, request: &Map<String, Value>)
     if let Some(tools) = response.get_mut("tools").filter(|tools| !all_whole(tools)) {
         *tools = whole_tools(tools, &Value::Null);
     }
+}
+
+/// The turn the request continued, where `response` names none: the gateway sends a
+/// provider the whole conversation in place of `previous_response_id`, so a provider that
+/// speaks the Responses API answers with it null.
+pub fn name_previous(response: &mut Map<String, Value>, request: &Map<String, Value>) {
+    let Some(previous @ Value::String(_)) = request.get("previous_response_id") else {
+        return;
+    };
+    if response
+        .get("previous_response_id")
+        .is_none_or(Value::is_null)
+    {
+        response.insert("previous_response_id".into(), previous.clone());
+    }
+}
+
+/// Whether the request continued a turn (named by `previous_response_id`).
+pub fn continues(request: &Map<String, Value>) -> bool {
+    matches!(request.get("previous_response_id"), Some(Value::String(_)))
 }
 
 /// Whether every function tool among `tools` is whole.

@@ -30,6 +30,9 @@ pub struct ResponseProbe {
     pub error: Option<Value>,
     /// It lacks a field [`spec::complete`] adds.
     pub lacking: bool,
+    /// Its `previous_response_id` is null (or absent): the provider was sent the whole input,
+    /// so it cannot name the turn the client continued.
+    pub no_previous: bool,
 }
 
 /// The fields [`spec::complete`] adds when missing, as bits of a mask.
@@ -59,7 +62,10 @@ impl<'de> Visitor<'de> for ResponseVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ResponseProbe, A::Error> {
-        let mut probe = ResponseProbe::default();
+        let mut probe = ResponseProbe {
+            no_previous: true,
+            ..ResponseProbe::default()
+        };
         let (mut held, mut tools_whole) = (0, true);
         while let Some(key) = map.next_key::<Key>()? {
             held |= key.held;
@@ -68,6 +74,9 @@ impl<'de> Visitor<'de> for ResponseVisitor {
                 Name::Error => probe.error = map.next_value()?,
                 // Borrowed, not built: read again only for what its tools hold.
                 Name::Tools => tools_whole = tools_are_whole(map.next_value::<&RawValue>()?),
+                Name::Previous => {
+                    probe.no_previous = map.next_value::<&RawValue>()?.get() == "null";
+                }
                 Name::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -123,6 +132,7 @@ enum Name {
     Usage,
     Error,
     Tools,
+    Previous,
     Other,
 }
 
@@ -146,6 +156,7 @@ impl Visitor<'_> for KeyVisitor {
             "usage" => Name::Usage,
             "error" => Name::Error,
             "tools" => Name::Tools,
+            "previous_response_id" => Name::Previous,
             _ => Name::Other,
         };
         let held = held_bit(field).unwrap_or(0);
