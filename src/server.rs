@@ -9,6 +9,7 @@ mod chat;
 mod client_api;
 mod completions;
 mod connection;
+mod console;
 mod degraded;
 mod embeddings;
 mod endpoint;

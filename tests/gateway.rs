@@ -26,6 +26,7 @@ mod gateway {
     mod cluster_breakers;
     mod cluster_limits;
     mod cluster_revoke;
+    mod console;
     mod cost_header;
     mod cross_vendor;
     mod dashboard;

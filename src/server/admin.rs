@@ -6,8 +6,12 @@
 //! that take an [`Observer`] follow the rules in its documentation.
 
 pub mod breakers;
+pub mod budgets;
 pub mod cache;
+pub mod config_view;
 pub mod keys;
+pub mod requests;
+pub mod spend;
 pub mod virtual_keys;
 
 use axum::extract::{FromRef, FromRequestParts};

@@ -2,7 +2,7 @@
 //! metrics, and the answers to unknown paths and methods.
 
 use super::{ApiError, AppState, ServerState};
-use super::{admin, client_api, models, refusal, reload, responses, scorecard};
+use super::{admin, client_api, console, models, refusal, reload, responses, scorecard};
 use crate::config::FailMode;
 use axum::Json;
 use axum::Router;
@@ -36,6 +36,7 @@ pub fn app(state: AppState) -> Router {
         routes
             .merge(admin_routes(&state))
             .merge(observability_routes())
+            .merge(console::routes())
     } else {
         routes
     };
@@ -46,6 +47,7 @@ pub fn app(state: AppState) -> Router {
 pub fn admin_app(state: AppState) -> Router {
     let routes = admin_routes(&state)
         .merge(observability_routes())
+        .merge(console::routes())
         .layer(axum::Extension(admin::OnAdminListener));
     finish_router(routes, state)
 }
@@ -88,6 +90,11 @@ fn admin_calls() -> Router<ServerState> {
         .route("/admin/reload", post(reload::answer))
         .route("/admin/breakers", get(admin::breakers::list))
         .route("/admin/breakers/reset", post(admin::breakers::reset))
+        .route("/admin/budgets", get(admin::budgets::show))
+        .route("/admin/config", get(admin::config_view::show))
+        .route("/admin/requests", get(admin::requests::list))
+        .route("/admin/requests/{id}", get(admin::requests::one))
+        .route("/admin/spend", get(admin::spend::report))
         .route(
             "/admin/cache",
             get(admin::cache::stats).delete(admin::cache::purge),
