@@ -402,6 +402,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 user,
                 trace_id: trace_id.map(|id| id.to_ascii_lowercase()),
                 limit,
+                ..LogQuery::default()
             };
             let store = open_store(&load(&config)?).await?;
             print(&store, query, json, follow, &mut std::io::stdout()).await?;

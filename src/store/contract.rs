@@ -246,6 +246,41 @@ async fn meta_values_are_set_replaced_and_leave_the_generation_alone() {
     }
 }
 
+/// The console's filters, in the store: a virtual key, one request, a status range.
+async fn log_rows_filter_by_key_id_and_status(backend: &str, store: &Store) {
+    let mut other = log_row("d", 4_000, "error");
+    other.key_id = Some("k2".into());
+    other.status = 503;
+    let mut limited = log_row("e", 5_000, "rejected");
+    limited.status = 429;
+    store.insert_log(vec![other, limited]).await.unwrap();
+    let ids = |query: LogQuery| async move {
+        let rows = store.query_log(query).await.unwrap();
+        rows.into_iter().map(|r| r.id).collect::<Vec<_>>()
+    };
+    let key = LogQuery {
+        key_id: Some("k2".into()),
+        ..LogQuery::default()
+    };
+    assert_eq!(ids(key).await, ["d"], "{backend}");
+    let one = LogQuery {
+        id: Some("c".into()),
+        ..LogQuery::default()
+    };
+    assert_eq!(ids(one).await, ["c"], "{backend}");
+    let server_errors = LogQuery {
+        status: Some((500, 599)),
+        ..LogQuery::default()
+    };
+    assert_eq!(ids(server_errors).await, ["d"], "{backend}");
+    let exact = LogQuery {
+        status: Some((429, 429)),
+        key_id: Some("k1".into()),
+        ..LogQuery::default()
+    };
+    assert_eq!(ids(exact).await, ["e"], "{backend}");
+}
+
 #[tokio::test]
 async fn log_rows_round_trip_filter_and_purge() {
     for (backend, store, _db) in backends("log_rows_round_trip_filter_and_purge").await {
@@ -300,6 +335,7 @@ async fn log_rows_round_trip_filter_and_purge() {
         assert_eq!(overall_requests(&store).await, 3, "{backend}");
         assert_eq!(store.purge_log(2_500).await.unwrap(), 2, "{backend}");
         assert_eq!(store.count_log().await.unwrap(), 1, "{backend}");
+        log_rows_filter_by_key_id_and_status(backend, &store).await;
     }
 }
 

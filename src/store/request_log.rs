@@ -73,6 +73,12 @@ pub struct LogQuery {
     pub route: Option<String>,
     pub user: Option<String>,
     pub trace_id: Option<String>,
+    /// Only the rows of this virtual key (its id).
+    pub key_id: Option<String>,
+    /// Only the row of this request.
+    pub id: Option<String>,
+    /// Only rows whose status is within these bounds, both included.
+    pub status: Option<(u16, u16)>,
     /// The newest this many rows (still returned oldest first).
     pub limit: Option<usize>,
 }

@@ -2,9 +2,7 @@
 //! `GET /admin/requests/{id}` (one request with its attempts in order): what the console's
 //! log view reads.
 //!
-//! The store filters by time, user, route and outcome; a virtual key or a status is matched
-//! here, over at most [`SCAN_ROWS`] of the newest rows the store's filters leave, and the
-//! answer says when that cap cut the search short.
+//! Every filter is the store's (`LogQuery`), so a search reads only the rows it answers with.
 
 mod csv;
 
@@ -26,13 +24,6 @@ use crate::store::request_log::{LogQuery, LogRow};
 const DEFAULT_LIMIT: usize = 100;
 /// The most rows one answer holds (a CSV export's size too).
 const MAX_LIMIT: usize = 10_000;
-/// The most rows read to match a key or a status the store cannot filter by.
-const SCAN_ROWS: usize = 50_000;
-/// How far from the time in a request's id (a UUIDv7) its row is looked for first.
-const ID_SLACK_MS: i64 = 1_000;
-/// How long after it the row may be: the longest a request's body may take to arrive is
-/// `[server] body_timeout`, 30 s by default.
-const ID_WINDOW_MS: i64 = 5 * 60_000;
 
 /// `GET /admin/requests`'s query. Times are epoch milliseconds, or a duration ago (`15m`).
 #[derive(Debug, Default, Deserialize)]
@@ -78,10 +69,11 @@ impl StatusFilter {
         }
     }
 
-    fn matches(self, status: u16) -> bool {
+    /// The statuses it matches, both bounds included.
+    fn bounds(self) -> (u16, u16) {
         match self {
-            StatusFilter::Exact(code) => status == code,
-            StatusFilter::Class(digit) => status / 100 == digit,
+            StatusFilter::Exact(code) => (code, code),
+            StatusFilter::Class(digit) => (digit * 100, digit * 100 + 99),
         }
     }
 }
@@ -129,8 +121,6 @@ async fn find(state: &AppState, filter: RequestFilter, csv: bool) -> Result<Foun
         .limit
         .unwrap_or(if csv { MAX_LIMIT } else { DEFAULT_LIMIT })
         .clamp(1, MAX_LIMIT);
-    let key = filter.key.filter(|k| !k.is_empty());
-    let here = key.is_some() || status.is_some();
     let query = LogQuery {
         since_ms: filter
             .since
@@ -145,23 +135,16 @@ async fn find(state: &AppState, filter: RequestFilter, csv: bool) -> Result<Foun
         outcome: filter.outcome.filter(|o| !o.is_empty()),
         route: filter.route.filter(|r| !r.is_empty()),
         user: filter.user.filter(|u| !u.is_empty()),
-        trace_id: None,
+        key_id: filter.key.filter(|k| !k.is_empty()),
+        status: status.map(StatusFilter::bounds),
         // One more than asked for tells whether there are more.
-        limit: Some(if here { SCAN_ROWS } else { limit + 1 }),
+        limit: Some(limit + 1),
+        ..LogQuery::default()
     };
-    let scanned = state.store.query_log(query).await.map_err(unreadable)?;
-    let cut_short = here && scanned.len() >= SCAN_ROWS;
-    let mut rows: Vec<LogRow> = scanned
-        .into_iter()
-        .rev()
-        .filter(|row| {
-            key.as_deref()
-                .is_none_or(|k| row.key_id.as_deref() == Some(k))
-        })
-        .filter(|row| status.is_none_or(|s| s.matches(row.status)))
-        .take(limit + 1)
-        .collect();
-    let more = rows.len() > limit || cut_short;
+    // Oldest first from the store; the newest first here.
+    let mut rows: Vec<LogRow> = state.store.query_log(query).await.map_err(unreadable)?;
+    rows.reverse();
+    let more = rows.len() > limit;
     rows.truncate(limit);
     Ok(Found { rows, more })
 }
@@ -205,44 +188,12 @@ pub async fn one(
 ) -> Result<Json<Value>, ApiError> {
     // The id is not echoed: a caller may paste a key where an id belongs.
     let missing = || ApiError::Missing("no logged request has that id".into());
-    // Ids are UUIDv7s, whose first 48 bits are the time they were made: the row is looked
-    // for around it rather than through the whole log.
-    let made_ms = uuid::Uuid::parse_str(&id)
-        .ok()
-        .and_then(|uuid| uuid.get_timestamp())
-        .map(|t| t.to_unix())
-        .map(|(secs, nanos)| {
-            i64::try_from(secs)
-                .unwrap_or(i64::MAX / 1000)
-                .saturating_mul(1000)
-                .saturating_add(i64::from(nanos / 1_000_000))
-        })
-        .ok_or_else(missing)?;
-    // The row's time is when its record was made, just after the id (later by as much as
-    // reading the request's body took): a narrow window first, then the rest of one.
-    let windows = [
-        (
-            made_ms.saturating_sub(ID_SLACK_MS),
-            made_ms.saturating_add(ID_SLACK_MS),
-        ),
-        (
-            made_ms.saturating_add(ID_SLACK_MS),
-            made_ms.saturating_add(ID_WINDOW_MS),
-        ),
-    ];
-    let mut found = None;
-    for (since, until) in windows {
-        let query = LogQuery {
-            since_ms: Some(since),
-            until_ms: Some(until),
-            ..LogQuery::default()
-        };
-        let rows = state.store.query_log(query).await.map_err(unreadable)?;
-        found = rows.into_iter().find(|r| r.id == id);
-        if found.is_some() {
-            break;
-        }
-    }
+    let query = LogQuery {
+        id: Some(id),
+        ..LogQuery::default()
+    };
+    let rows = state.store.query_log(query).await.map_err(unreadable)?;
+    let found = rows.into_iter().next();
     // Attempts are stored in the order they were made (a hedge beside its step 0).
     let row = found.ok_or_else(missing)?;
     Ok(Json(detail(&row)))
@@ -282,8 +233,8 @@ mod tests {
             StatusFilter::parse("5xx").ok(),
             Some(StatusFilter::Class(5))
         );
-        assert!(StatusFilter::Class(5).matches(503));
-        assert!(!StatusFilter::Class(5).matches(429));
+        assert_eq!(StatusFilter::Class(5).bounds(), (500, 599));
+        assert_eq!(StatusFilter::Exact(429).bounds(), (429, 429));
         for bad in ["6xx", "55xx", "abc", "99", "600"] {
             assert!(StatusFilter::parse(bad).is_err(), "{bad}");
         }

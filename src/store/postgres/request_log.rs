@@ -167,6 +167,16 @@ impl PgStore {
         if let Some(trace_id) = query.trace_id {
             add("trace_id =", Box::new(trace_id));
         }
+        if let Some(key_id) = query.key_id {
+            add("key_id =", Box::new(key_id));
+        }
+        if let Some(id) = query.id {
+            add("id =", Box::new(id));
+        }
+        if let Some((low, high)) = query.status {
+            add("status >=", Box::new(i32::from(low)));
+            add("status <=", Box::new(i32::from(high)));
+        }
         let filter = if conditions.is_empty() {
             String::new()
         } else {

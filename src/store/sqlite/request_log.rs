@@ -66,6 +66,20 @@ impl SqliteStore {
                 values.push(trace_id.into());
                 conditions.push(format!("trace_id = ?{}", values.len()));
             }
+            if let Some(key_id) = query.key_id {
+                values.push(key_id.into());
+                conditions.push(format!("key_id = ?{}", values.len()));
+            }
+            if let Some(id) = query.id {
+                values.push(id.into());
+                conditions.push(format!("id = ?{}", values.len()));
+            }
+            if let Some((low, high)) = query.status {
+                values.push(i64::from(low).into());
+                values.push(i64::from(high).into());
+                let n = values.len();
+                conditions.push(format!("status BETWEEN ?{} AND ?{n}", n - 1));
+            }
             let filter = if conditions.is_empty() {
                 String::new()
             } else {
