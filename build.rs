@@ -20,6 +20,11 @@ fn main() {
     }
     if let Some(refs) = git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]) {
         println!("cargo:rerun-if-changed={refs}/refs/heads");
-        println!("cargo:rerun-if-changed={refs}/packed-refs");
+        // Named only when it exists: Cargo reruns a script whose named file is missing on
+        // every build, and so recompiled the crate each time in a clone with no packed refs.
+        let packed = format!("{refs}/packed-refs");
+        if std::path::Path::new(&packed).exists() {
+            println!("cargo:rerun-if-changed={packed}");
+        }
     }
 }
