@@ -10,6 +10,8 @@ use switchyard::auth::usd;
 use switchyard::config::{Config, ConfigError, LogFormat};
 use switchyard::fake::{FakeUpstream, Script};
 
+mod readiness_probe;
+
 /// The version and the commit it was built from.
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -122,6 +124,14 @@ enum Command {
         /// One JSON object a line instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Ask a running gateway's /readyz: exit 0 on a 2xx, 1 otherwise (a container's HEALTHCHECK).
+    Health {
+        #[arg(long, default_value = "http://127.0.0.1:8080/readyz")]
+        url: String,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
     },
     /// Run the scriptable fake provider used by tests, the demo and benchmarks.
     #[command(after_help = LOG_ONLY_ENV)]
@@ -406,6 +416,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             };
             let store = open_store(&load(&config)?).await?;
             print(&store, query, json, follow, &mut std::io::stdout()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Health { url, timeout } => {
+            readiness_probe::check(&url, std::time::Duration::from_secs(timeout)).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::FakeUpstream {

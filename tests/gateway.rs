@@ -36,6 +36,7 @@ mod gateway {
     mod fallback;
     mod forward_headers;
     mod health_checks;
+    mod health_command;
     mod hedging;
     mod http2_upstream;
     mod key_budgets;

@@ -74,17 +74,27 @@ impl StartOptions {
     }
 }
 
+/// Whether a token file's mode keeps it private: its owner's alone, or, owned by root, also
+/// its group's to read (as PostgreSQL allows for its key files), so a service user reads a
+/// token it cannot change (deploy/switchyard.service). Never anyone else's, never writable
+/// by the group.
+fn private_enough(mode: u32, owner: u32) -> bool {
+    let allowed = if owner == 0 { 0o740 } else { 0o700 };
+    mode & !allowed == 0
+}
+
 fn read_token_file(path: &std::path::Path) -> Result<Secret, StartError> {
     let shown = path.display();
     let fail = |why: String| StartError::AdminTokenFile(format!("{shown}: {why}"));
     let metadata = std::fs::metadata(path).map_err(|e| fail(e.to_string()))?;
     #[cfg(unix)]
     {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let mode = metadata.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
+        if !private_enough(mode, metadata.uid()) {
             return Err(fail(format!(
-                "is mode {mode:04o}; make it readable by its owner only (chmod 600)"
+                "is mode {mode:04o}; make it readable by its owner only (chmod 600), or owned \
+                 by root and readable by the service's group (chown root:GROUP, chmod 640)"
             )));
         }
     }
@@ -94,4 +104,26 @@ fn read_token_file(path: &std::path::Path) -> Result<Secret, StartError> {
         return Err(fail("is empty".into()));
     }
     Ok(Secret::new(token.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::private_enough;
+
+    #[test]
+    fn a_token_file_is_its_owners_or_roots_and_its_groups_to_read() {
+        assert!(private_enough(0o600, 1000));
+        assert!(private_enough(0o400, 1000));
+        assert!(
+            !private_enough(0o640, 1000),
+            "a user's file, readable by its group"
+        );
+        assert!(
+            private_enough(0o640, 0),
+            "root's, readable by the service's group"
+        );
+        assert!(!private_enough(0o660, 0), "writable by the group");
+        assert!(!private_enough(0o644, 0), "readable by anyone");
+        assert!(!private_enough(0o604, 1000));
+    }
 }
