@@ -389,3 +389,32 @@ async fn sockets_count_under_the_per_client_connection_cap() {
         "response.completed"
     );
 }
+
+/// A client that stops reading mid-stream is let go once a frame has waited an idle timeout:
+/// its turn ends, and the upstream stream with it, rather than holding both for ever.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_let_go() {
+    // 32 KiB a repeated piece, so the buffers fill after a few hundred events.
+    let piece = "x".repeat(64 * 1024);
+    let endless = Behavior::endless(0).content(&piece).chunks(2, 0);
+    let fake = scripted("up", [endless]).await;
+    let gateway = served_by(&fake)
+        .with("[server]\nidle_timeout = \"300ms\"\n")
+        .start()
+        .await;
+    // A small receive window, so the gateway's writes back up after a few events.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let address = gateway.url().trim_start_matches("http://").parse().unwrap();
+    let stream = socket.connect(address).await.unwrap();
+    let url = format!("{}/v1/responses", gateway.url().replacen("http", "ws", 1));
+    let stream = tokio_tungstenite::MaybeTlsStream::Plain(stream);
+    let (mut socket, _) = tokio_tungstenite::client_async(url, stream).await.unwrap();
+    send(&mut socket, create("Talk for ever")).await;
+    // Nothing more is read: the socket's buffers fill, then the gateway's writer waits.
+    let cancelled = fake.wait_until(|stats| stats.streams_cancelled >= 1);
+    tokio::time::timeout(std::time::Duration::from_secs(60), cancelled)
+        .await
+        .expect("the upstream stream was let go");
+    drop(socket);
+}

@@ -61,11 +61,15 @@ pub async fn serve(
     .await;
     let (mut sink, mut source) = socket.split();
     let (out, mut frames) = mpsc::channel::<Message>(OUT_QUEUE);
+    // A client that takes nothing of a frame for an idle timeout has stopped reading: the
+    // writer gives up, which ends the socket and its turns (as an HTTP answer nobody reads).
+    let stalled = server.idle_timeout;
     let writer = tokio::spawn(async move {
         while let Some(frame) = frames.recv().await {
             let closing = matches!(frame, Message::Close(_));
-            if sink.send(frame).await.is_err() || closing {
-                break;
+            match tokio::time::timeout(stalled, sink.send(frame)).await {
+                Ok(Ok(())) if !closing => {}
+                _ => break,
             }
         }
     });
@@ -120,6 +124,8 @@ pub async fn serve(
             }
             () = stopping(&mut stop), if !draining => draining = true,
             () = lanes.finished() => {}
+            // The writer gave up on a client that stopped reading, or the socket broke.
+            () = out.closed() => break None,
         }
     };
     lanes.end();
