@@ -147,10 +147,11 @@ pub async fn serve(
     }
     let parts = connection.into_parts();
     let stream = parts.io.into_inner();
-    if let Some(handoff) = upgraded.take() {
+    if let Some((handoff, open)) = upgraded.take() {
         // A Responses WebSocket: hyper has sent the 101 and hands back the socket, with
         // whatever the client sent past its handshake.
         websocket::serve(stream, parts.read_buf, handoff, stop).await;
+        drop(open);
         return;
     }
     if refused_unread.load(Ordering::Relaxed) {
@@ -273,16 +274,17 @@ struct Tracked {
     upgraded: UpgradeSlot,
 }
 
-/// What an upgraded connection is served with, left by the service for the connection.
+/// What an upgraded connection is served with, left by the service for the connection, and
+/// the mark that keeps it busy for as long as the socket is open.
 #[derive(Clone, Default)]
-struct UpgradeSlot(Arc<std::sync::Mutex<Option<websocket::Handoff>>>);
+struct UpgradeSlot(Arc<std::sync::Mutex<Option<(websocket::Handoff, InFlight)>>>);
 
 impl UpgradeSlot {
-    fn put(&self, handoff: websocket::Handoff) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(handoff);
+    fn put(&self, handoff: websocket::Handoff, open: InFlight) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((handoff, open));
     }
 
-    fn take(&self) -> Option<websocket::Handoff> {
+    fn take(&self) -> Option<(websocket::Handoff, InFlight)> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
@@ -310,10 +312,13 @@ impl hyper::service::Service<Request<Incoming>> for Tracked {
             let state = AppState::from_ref(server);
             let peer = self.peer.0.ip();
             let (headers, upgraded) = (request.headers().clone(), self.upgraded.clone());
+            // Busy from before the 101 leaves: a socket is never the idle connection the
+            // roster closes to make room, not even before its session has begun.
+            let open = self.activity.begin();
             return Box::pin(async move {
                 let (response, handoff) = websocket::answer(state, peer, &headers).await;
                 if let Some(handoff) = handoff {
-                    upgraded.put(handoff);
+                    upgraded.put(handoff, open);
                 }
                 Ok(response.map(|body| ActiveBody {
                     inner: body,

@@ -41,11 +41,11 @@ pub async fn serve(
     handoff: Handoff,
     mut stop: watch::Receiver<bool>,
 ) {
-    let activity = stream.activity.clone();
-    // An open socket is never the idle connection a full gateway closes to make room: it
-    // holds its conversations' memory, and its client counts on it between turns. Over the
+    // The connection stays busy while the socket is open (its caller holds the mark): an
+    // open socket is never the idle connection a full gateway closes to make room, as it
+    // holds its conversations' memory and its client counts on it between turns. Over the
     // cap, a new socket is refused instead (`max_connections`, `max_connections_per_ip`).
-    let _open = activity.begin();
+    let activity = stream.activity.clone();
     let server = &handoff.state.config().server;
     let limit = server.max_body_bytes;
     let idle = server.websocket_idle_timeout;
