@@ -8,7 +8,7 @@
 //!
 //! Hand-made rather than serde's: written from serde_json's parser (without a tree, strings
 //! borrowed) the form cost 78,800 instructions for a 4 KB body, most of a cache hit; this
-//! pass costs 31,300 (README, "Dependency notes").
+//! pass costs 31,300 (docs/src/development.md, "Dependencies, and why").
 
 use std::ops::Range;
 

@@ -21,7 +21,7 @@ pub enum BackoffError {
 }
 
 impl Backoff {
-    /// The product contract's defaults (the README's `[retry]`): base 1 s, capped at 8 s.
+    /// The product contract's defaults (docs/src/configuration.md, `[retry]`): base 1 s, capped at 8 s.
     pub const DEFAULT: Backoff = Backoff {
         base: Duration::from_secs(1),
         max: Duration::from_secs(8),

@@ -1,6 +1,6 @@
 //! How one upstream attempt's failure is classified, and what the chain does about it.
 //!
-//! This is the README's classification table ("How fallback works") in code; keep the two in step.
+//! This is docs/src/concepts/classification.md's table in code; keep the two in step.
 
 use std::time::{Duration, SystemTime};
 
@@ -134,7 +134,7 @@ mod tests {
         )
     }
 
-    /// Bedrock's error table (README, "AWS Bedrock"): the type in `x-amzn-errortype` decides.
+    /// Bedrock's error table (docs/src/providers/bedrock.md): the type in `x-amzn-errortype` decides.
     #[test]
     fn aws_errors_are_classed_by_their_type() {
         let aws = |status: u16, kind: &str, body: &str| {

@@ -1,6 +1,6 @@
 //! Header values the gateway writes on every answer, made without a heap string: each
 //! `format!` or `HeaderValue::from(number)` is an allocation and, for a float, a slow
-//! formatter, on every request (README, "Performance").
+//! formatter, on every request (docs/src/performance.md).
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! Why: on tokio's multi-threaded runtime a task that wakes another on the same worker (the
 //! handler waking its upstream connection's task, hyper's body channel waking its sender)
 //! also wakes a parked worker to steal it, so a lone request paid a futex and a thread switch
-//! several times over (README, "Performance"). On a runtime of its own, a connection's
+//! several times over (docs/src/performance.md). On a runtime of its own, a connection's
 //! tasks (its handler, its upstream connections, from a pool of the shard's own) wake one
 //! another on one thread. Load spreads by connection: each goes to the shard serving the
 //! fewest.

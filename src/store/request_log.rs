@@ -90,7 +90,7 @@ const ROWS_PER_TURN: usize = 8;
 ///
 /// A batch is a few hundred µs of CPU in one go, and the scheduler (EEVDF) lets a running
 /// thread finish its slice before a woken one preempts it: a request woken onto that core
-/// waited the batch out, the gateway's latency tail at c=1 (README, "Performance"). So while
+/// waited the batch out, the gateway's latency tail at c=1 (docs/src/performance.md). So while
 /// the writer keeps up it offers the core every few rows. But when the gateway is saturated
 /// every offer is taken, the writer falls behind, its queue fills and new requests are
 /// refused (`log_full`): a writer that is behind runs flat out.

@@ -1,4 +1,4 @@
-//! Fallback chains: every row of the README's classification table, budgets and exhaustion.
+//! Fallback chains: every row of docs/src/concepts/classification.md's table, budgets and exhaustion.
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! request through the same chain as `POST /v1/responses`, its events JSON text frames; lanes
 //! by `stream_id`; `previous_response_id` from the socket's memory or the key's own stored
 //! turns; and the socket's caps (frame size, idle time, sockets per client), each ending as
-//! the README documents.
+//! docs/src/api/responses-websocket.md documents.
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};

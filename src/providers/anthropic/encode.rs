@@ -1,6 +1,6 @@
 //! An OpenAI chat request written as an Anthropic Messages request.
 //!
-//! Field by field (README "Providers" lists the same):
+//! Field by field (docs/src/providers/translation.md lists the same):
 //! - `system` / `developer` messages → `system`; `tool` messages → `tool_result` blocks in a
 //!   user turn; assistant `tool_calls` → `tool_use` blocks; consecutive turns of one role merge.
 //! - `image_url` parts → `image` blocks: `data:` URLs as base64 sources, http(s) as url sources.

@@ -1,7 +1,7 @@
 //! An OpenAI chat request written as a Bedrock Converse request, the one shape every model
 //! family on Bedrock takes.
 //!
-//! Field by field (README "AWS Bedrock" lists the same):
+//! Field by field (docs/src/providers/bedrock.md lists the same):
 //! - `system` / `developer` messages → `system` text blocks; `user` → role `user`;
 //!   `assistant` → role `assistant`, its `tool_calls` → `toolUse` blocks; `tool` messages →
 //!   `toolResult` blocks in a user turn (a JSON object result as `json`, else `text`);

@@ -1,6 +1,6 @@
 //! An OpenAI chat request written as a Gemini `generateContent` request.
 //!
-//! Field by field (README "Providers" lists the same):
+//! Field by field (docs/src/providers/translation.md lists the same):
 //! - `system` / `developer` messages → `systemInstruction`; `user` → role `user`;
 //!   `assistant` → role `model`, its `tool_calls` → `functionCall` parts; `tool` messages →
 //!   `functionResponse` parts (named after the call they answer; a JSON object result is the

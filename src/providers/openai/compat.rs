@@ -1,6 +1,6 @@
 //! What each known OpenAI-compatible vendor or server (`compat = "..."`) takes differently
-//! from OpenAI's chat completions, per its own documentation (README, "OpenAI-compatible
-//! providers by name", cites each). A field it names otherwise is renamed; one it rejects and
+//! from OpenAI's chat completions, per its own documentation (docs/src/providers.md, on
+//! OpenAI-compatible providers by name, cites each). A field it names otherwise is renamed; one it rejects and
 //! whose loss changes nothing the client can see is dropped; one whose loss would change the
 //! answer (log probabilities, several choices) is refused with a 400 naming it.
 

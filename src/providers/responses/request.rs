@@ -1,7 +1,7 @@
 //! A Responses API request: which fields it may carry, and its translation to chat
 //! completions for a step that does not speak the Responses API.
 //!
-//! Field by field (README "Endpoints" lists the same):
+//! Field by field (docs/src/api/responses.md lists the same):
 //! - `instructions` → a leading `system` message; `input` as a string → one `user` message;
 //!   input items: messages (`input_text`, `output_text`, `input_image` parts) → chat messages,
 //!   `function_call` → an assistant message's `tool_calls`, `function_call_output` → a `tool`

@@ -1,6 +1,6 @@
 //! The pooled HTTP client every attempt sends through: hyper's own HTTP/1 and HTTP/2
 //! connections over rustls, pooled by `pool`, rather than reqwest or hyper-util's legacy
-//! client. Measured per request (README, "Performance"), reqwest parsed each URL three times
+//! client. Measured per request (docs/src/performance.md), reqwest parsed each URL three times
 //! and moved large futures through its tower layers; the legacy client hashed the authority
 //! and spawned a task per request to re-pool its connection.
 

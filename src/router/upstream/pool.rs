@@ -3,7 +3,7 @@
 //! the answer's head arrives, and with a task of its own while it carries a stream (see
 //! `client::UpstreamClient::keep`). Against hyper-util's legacy pool this saves, per request,
 //! its checkout, a SipHash of the authority and the task that re-pooled every connection:
-//! about 8k instructions of a 4 KB request (README, "Performance").
+//! about 8k instructions of a 4 KB request (docs/src/performance.md).
 //!
 //! An HTTP/2 connection (a provider with `http2 = true`) never leaves its list: each request
 //! takes one of its streams, up to the server's limit, and gives it back when the answer's
