@@ -341,4 +341,5 @@ pub(super) fn set_cache_header(response: &mut Response, status: CacheStatus) {
         .insert(CACHE, HeaderValue::from_static(status.as_str()));
 }
 
-const CACHE: axum::http::HeaderName = axum::http::HeaderName::from_static("x-switchyard-cache");
+pub(super) const CACHE: axum::http::HeaderName =
+    axum::http::HeaderName::from_static("x-switchyard-cache");

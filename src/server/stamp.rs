@@ -92,15 +92,15 @@ fn set(headers: &mut HeaderMap, name: HeaderName, value: &str) {
 
 // Header names as constants: `HeaderName::from_static` outside a const checks its name
 // against every standard header and byte by byte, on every answer.
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-switchyard-request-id");
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-switchyard-request-id");
 const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const ROUTE: HeaderName = HeaderName::from_static("x-switchyard-route");
 const ATTEMPTS: HeaderName = HeaderName::from_static("x-switchyard-attempts");
 const OUTCOME: HeaderName = HeaderName::from_static("x-switchyard-outcome");
 const OVERHEAD_MS: HeaderName = HeaderName::from_static("x-switchyard-overhead-ms");
 const STEP: HeaderName = HeaderName::from_static("x-switchyard-step");
-const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
-const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
+pub(super) const PROVIDER: HeaderName = HeaderName::from_static("x-switchyard-provider");
+pub(super) const MODEL: HeaderName = HeaderName::from_static("x-switchyard-model");
 const HEDGED: HeaderName = HeaderName::from_static("x-switchyard-hedged");
 /// What a whole answer cost in US dollars, at the configured or shipped prices: the figure
 /// its log row records ([`header_values::dollars`]).

@@ -21,11 +21,7 @@ async fn health(url: String) -> Output {
 #[tokio::test]
 async fn a_ready_gateway_passes_and_anything_else_fails_with_the_reason() {
     let fake = scripted("up", []).await;
-    let gateway = TestGateway::new()
-        .provider("up", &fake)
-        .route("r", &[("up", "m")], "")
-        .start()
-        .await;
+    let gateway = one_route("up", &fake, "r", "m").await;
 
     let ready = health(format!("{}/readyz", gateway.url())).await;
     assert!(ready.status.success(), "{ready:?}");

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
 use serde_json::Value;
 
 /// The most lanes (`stream_id`s) one socket keeps a turn for, and may run at once.
@@ -25,12 +25,6 @@ pub struct Memory {
 }
 
 impl Memory {
-    pub fn new() -> Memory {
-        Memory {
-            lanes: Arc::new(Mutex::new(HashMap::new())),
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Kept>> {
         // A poisoned lock only means a panic between two map operations.
         self.lanes.lock().unwrap_or_else(|e| e.into_inner())
@@ -70,7 +64,7 @@ mod tests {
 
     #[test]
     fn a_turn_is_found_from_any_lane_and_replaced_by_its_lanes_next() {
-        let memory = Memory::new();
+        let memory = Memory::default();
         memory.keep(
             "a",
             "resp_1",
@@ -84,7 +78,7 @@ mod tests {
 
     #[test]
     fn lanes_and_turns_are_bounded() {
-        let memory = Memory::new();
+        let memory = Memory::default();
         for lane in 0..MAX_LANES + 4 {
             memory.keep(
                 &lane.to_string(),

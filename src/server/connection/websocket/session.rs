@@ -23,7 +23,6 @@ use super::handshake::Handoff;
 use super::memory::{MAX_LANES, Memory};
 use super::turn::{self, Socket};
 use crate::server::connection::ClientStream;
-use crate::server::connection::watchdog::Activity;
 
 /// How often an open socket is pinged, so proxies and NATs on the way keep it.
 const PING_EVERY: Duration = Duration::from_secs(30);
@@ -41,11 +40,10 @@ pub async fn serve(
     handoff: Handoff,
     mut stop: watch::Receiver<bool>,
 ) {
-    // The connection stays busy while the socket is open (its caller holds the mark): an
-    // open socket is never the idle connection a full gateway closes to make room, as it
-    // holds its conversations' memory and its client counts on it between turns. Over the
-    // cap, a new socket is refused instead (`max_connections`, `max_connections_per_ip`).
-    let activity = stream.activity.clone();
+    // The connection stays busy while the socket is open (its caller holds the mark, from
+    // before the 101): an open socket is never the idle connection a full gateway closes to
+    // make room, as it holds its conversations' memory and its client counts on it between
+    // turns. Over the cap, a new socket is refused instead (`max_connections(_per_ip)`).
     let server = &handoff.state.config().server;
     let limit = server.max_body_bytes;
     let idle = server.websocket_idle_timeout;
@@ -78,10 +76,10 @@ pub async fn serve(
         caller: handoff.caller,
         headers: handoff.headers,
         peer: handoff.peer,
-        memory: Memory::new(),
+        memory: Memory::default(),
         out: out.clone(),
     });
-    let mut lanes = Lanes::new(socket, activity.clone());
+    let mut lanes = Lanes::new(socket);
     let mut last_message = Instant::now();
     let mut ping = tokio::time::interval_at(Instant::now() + PING_EVERY, PING_EVERY);
     let mut draining = false;
@@ -167,7 +165,6 @@ struct Lanes {
 
 /// The turns a socket has taken and not yet finished, queued or running.
 struct Work {
-    activity: Arc<Activity>,
     pending: AtomicUsize,
     /// When the last turn ended (the socket's start, before one has).
     last_end: Mutex<Instant>,
@@ -176,9 +173,8 @@ struct Work {
 }
 
 impl Lanes {
-    fn new(socket: Arc<Socket>, activity: Arc<Activity>) -> Lanes {
+    fn new(socket: Arc<Socket>) -> Lanes {
         let work = Work {
-            activity,
             pending: AtomicUsize::new(0),
             last_end: Mutex::new(Instant::now()),
             ended: Notify::new(),
@@ -311,8 +307,7 @@ impl Work {
     }
 }
 
-/// Runs a lane's turns in order, each in flight on the connection (shutdown waits for it,
-/// and the roster will not close the socket under it), until the socket ends.
+/// Runs a lane's turns in order until the socket ends.
 async fn serve_lane(
     socket: Arc<Socket>,
     work: Arc<Work>,
@@ -320,9 +315,7 @@ async fn serve_lane(
     mut turns: mpsc::Receiver<Map<String, Value>>,
 ) {
     while let Some(create) = turns.recv().await {
-        let in_flight = work.activity.begin();
         turn::run(&socket, lane.as_deref(), create).await;
-        drop(in_flight);
         *work.last_end() = Instant::now();
         work.pending.fetch_sub(1, Ordering::SeqCst);
         // A permit if the socket is not waiting now: it looks again on its next wait.

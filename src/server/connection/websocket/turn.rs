@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
@@ -14,7 +14,7 @@ use super::memory::Memory;
 use crate::auth::Caller;
 use crate::providers::sse::SseReader;
 use crate::server::error::ApiError;
-use crate::server::{AppState, chat, responses};
+use crate::server::{AppState, chat, response_cache, responses, stamp};
 
 /// What every turn on one socket shares.
 pub struct Socket {
@@ -64,7 +64,7 @@ pub async fn run(socket: &Socket, lane: Option<&str>, mut create: Map<String, Va
         .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
     let request_id = response
         .headers()
-        .get(REQUEST_ID_FIELD)
+        .get(stamp::REQUEST_ID)
         .and_then(|id| id.to_str().ok())
         .map(str::to_owned);
     if response.status() != StatusCode::OK || !streamed {
@@ -206,13 +206,9 @@ struct Price {
 impl Price {
     fn of(response: &Response) -> Price {
         let headers = response.headers();
-        let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let hit = text("x-switchyard-cache") == Some("hit");
-        let served = match (
-            hit,
-            text("x-switchyard-provider"),
-            text("x-switchyard-model"),
-        ) {
+        let text = |name: &HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+        let hit = text(&response_cache::CACHE) == Some("hit");
+        let served = match (hit, text(&stamp::PROVIDER), text(&stamp::MODEL)) {
             (false, Some(provider), Some(model)) => Some((provider.to_owned(), model.to_owned())),
             _ => None,
         };
