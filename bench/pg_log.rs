@@ -100,9 +100,11 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(200_000);
-        let Some(db) = TestDb::create("bench pg_log").await else {
+        if let Err(why) = TestDb::usable().await {
+            eprintln!("pg_log: not measured: {why}");
             return;
-        };
+        }
+        let db = TestDb::create().await;
         let store = Store::open(&db.url()).await.expect("store");
         // Warm up: connections, prepared statements, the table's first pages.
         run(&store, "warm", 10 * BATCH, 1).await;

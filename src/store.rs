@@ -4,8 +4,8 @@
 //! trait objects; each method is async, and the SQLite backend runs its queries on the
 //! blocking pool behind one connection (one writer, WAL mode for readers in other processes).
 
-#[cfg(test)]
-mod contract;
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod contract;
 pub mod postgres;
 pub mod request_log;
 pub mod response_state;

@@ -8,7 +8,6 @@ mod gateway {
     #[path = "../common/keyed.rs"]
     mod keyed;
     pub mod process;
-    pub mod services;
     pub mod support;
 
     mod access;
@@ -20,16 +19,10 @@ mod gateway {
     mod budgets;
     mod cache;
     mod cache_endpoints;
-    mod cache_shared;
     mod client_hints;
-    mod cluster;
-    mod cluster_breakers;
-    mod cluster_limits;
-    mod cluster_revoke;
     mod console;
     mod cost_header;
     mod cross_vendor;
-    mod dashboard;
     mod docs;
     mod embeddings;
     mod endpoints;
@@ -46,15 +39,12 @@ mod gateway {
     mod limits;
     pub mod logqueue;
     mod lossless;
-    mod managed_services;
     mod messages;
     mod metrics;
     mod operator;
     mod passthrough;
-    mod pg_outage;
     mod presets;
     mod readme;
-    pub mod redis_faults;
     mod reload;
     pub mod responses;
     mod responses_compact;

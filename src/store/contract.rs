@@ -1,8 +1,19 @@
-//! The store's contract, run against every backend: SQLite in memory, and a fresh
-//! PostgreSQL database of each test's own (skipped, saying so, where none answers; never
-//! under `SWITCHYARD_REQUIRE_SERVICES=1`).
+//! The store's contract, one check per behaviour, each run against every backend: SQLite
+//! in memory by this module's unit tests, and a fresh PostgreSQL database of each check's own
+//! by the `services` test binary (which lists the checks it skips where no PostgreSQL
+//! answers), through [`checks`].
 
-use super::postgres::testdb::TestDb;
+// A test fixture, compiled for tests only: a check stops at the first surprise.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "a test fixture: a check stops at the first surprise"
+)]
+
+use std::future::Future;
+use std::pin::Pin;
+
 use super::request_log::{LogAttempt, LogQuery, LogRow};
 use super::rollup::{Rollup, Series};
 use super::sqlite::hash_key;
@@ -10,20 +21,45 @@ use super::*;
 
 mod updates;
 
-/// Each backend under test, with its name for the failure messages; the PostgreSQL
-/// database is dropped when its handle goes.
-async fn backends(test: &str) -> Vec<(&'static str, Store, Option<TestDb>)> {
-    let mut backends = vec![(
-        "sqlite",
-        Store::open("sqlite::memory:").await.unwrap(),
-        None,
-    )];
-    if let Some(db) = TestDb::create(test).await {
-        let store = Store::open(&db.url()).await.unwrap();
-        backends.push(("postgres", store, Some(db)));
-    }
-    backends
+use updates::{
+    an_update_changes_a_live_key_and_bumps_the_generation,
+    responses_are_found_only_in_their_scope_and_purged_by_age,
+};
+
+/// One check: the backend's name (for failure messages) and a fresh store of it.
+pub type Check = for<'a> fn(&'a str, &'a Store) -> Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// Every check, by name, and the SQLite unit test of each.
+macro_rules! contract {
+    ($($check:ident),* $(,)?) => {
+        /// Every check of the contract, by name.
+        pub fn checks() -> Vec<(&'static str, Check)> {
+            vec![$((stringify!($check), |backend, store| Box::pin($check(backend, store)))),*]
+        }
+
+        #[cfg(test)]
+        mod on_sqlite {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let store = super::Store::open("sqlite::memory:").await.unwrap();
+                    super::$check("sqlite", &store).await;
+                }
+            )*
+        }
+    };
 }
+
+contract!(
+    virtual_keys_round_trip_and_revocation_moves_the_generation,
+    provider_keys_rotate_roll_back_purge_and_go,
+    the_first_master_key_check_value_is_kept,
+    meta_values_are_set_replaced_and_leave_the_generation_alone,
+    log_rows_round_trip_filter_and_purge,
+    a_replayed_batch_is_stored_and_rolled_up_once,
+    an_update_changes_a_live_key_and_bumps_the_generation,
+    responses_are_found_only_in_their_scope_and_purged_by_age,
+);
 
 fn virtual_key(id: &str, secret: &str) -> VirtualKey {
     VirtualKey {
@@ -114,136 +150,128 @@ async fn overall_requests(store: &Store) -> u64 {
         .unwrap()
 }
 
-#[tokio::test]
-async fn virtual_keys_round_trip_and_revocation_moves_the_generation() {
-    for (backend, store, _db) in
-        backends("virtual_keys_round_trip_and_revocation_moves_the_generation").await
-    {
-        let secret = "sy-abcdefghijklmnop";
-        let before = store.generation().await.unwrap();
+pub async fn virtual_keys_round_trip_and_revocation_moves_the_generation(
+    backend: &str,
+    store: &Store,
+) {
+    let secret = "sy-abcdefghijklmnop";
+    let before = store.generation().await.unwrap();
+    store
+        .insert_virtual_key(virtual_key("k1", secret))
+        .await
+        .unwrap();
+    assert!(store.generation().await.unwrap() > before, "{backend}");
+    assert_eq!(
+        store.virtual_keys().await.unwrap(),
+        vec![virtual_key("k1", secret)],
+        "{backend}"
+    );
+    let before = store.generation().await.unwrap();
+    assert!(store.revoke_virtual_key(secret).await.unwrap(), "{backend}");
+    assert!(
+        !store.revoke_virtual_key("k1").await.unwrap(),
+        "{backend}: already revoked"
+    );
+    assert!(store.generation().await.unwrap() > before, "{backend}");
+    assert!(store.virtual_keys().await.unwrap()[0].revoked_ms.is_some());
+}
+
+pub async fn provider_keys_rotate_roll_back_purge_and_go(backend: &str, store: &Store) {
+    assert_eq!(
         store
-            .insert_virtual_key(virtual_key("k1", secret))
+            .put_provider_key(provider_key("main", b"one"))
             .await
-            .unwrap();
-        assert!(store.generation().await.unwrap() > before, "{backend}");
-        assert_eq!(
-            store.virtual_keys().await.unwrap(),
-            vec![virtual_key("k1", secret)],
-            "{backend}"
-        );
-        let before = store.generation().await.unwrap();
-        assert!(store.revoke_virtual_key(secret).await.unwrap(), "{backend}");
-        assert!(
-            !store.revoke_virtual_key("k1").await.unwrap(),
-            "{backend}: already revoked"
-        );
-        assert!(store.generation().await.unwrap() > before, "{backend}");
-        assert!(store.virtual_keys().await.unwrap()[0].revoked_ms.is_some());
-    }
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .put_provider_key(provider_key("main", b"two"))
+            .await
+            .unwrap(),
+        2
+    );
+    let rows = store.provider_keys().await.unwrap();
+    assert_eq!(
+        states(&rows),
+        [
+            ("main", 1, KeyState::History),
+            ("main", 2, KeyState::Active)
+        ],
+        "{backend}"
+    );
+    assert_eq!(rows[1].sealed.ciphertext, b"two", "{backend}");
+    assert_eq!(rows[1].weight, 3, "{backend}");
+    let rolled = store.rollback_provider_key("openai", "main", 60_000);
+    assert_eq!(rolled.await.unwrap(), Some(1), "{backend}");
+    assert_eq!(
+        states(&store.provider_keys().await.unwrap()),
+        [
+            ("main", 1, KeyState::Active),
+            ("main", 2, KeyState::Retired)
+        ],
+        "{backend}"
+    );
+    let again = store.rollback_provider_key("openai", "main", 60_000);
+    assert_eq!(again.await.unwrap(), None, "{backend}: nothing older");
+    // A window of -1 ms: the retired version is already outside it.
+    assert_eq!(store.purge_provider_keys(-1).await.unwrap(), 1, "{backend}");
+    let mut expired = provider_key("expired", b"old");
+    expired.expires_ms = Some(1);
+    store.put_provider_key(expired).await.unwrap();
+    assert_eq!(
+        store.purge_provider_keys(86_400_000).await.unwrap(),
+        1,
+        "{backend}"
+    );
+    let before = store.generation().await.unwrap();
+    assert!(store.remove_provider_key("openai", "main").await.unwrap());
+    assert!(!store.remove_provider_key("openai", "main").await.unwrap());
+    assert!(store.generation().await.unwrap() > before, "{backend}");
+    assert!(store.provider_keys().await.unwrap().is_empty(), "{backend}");
 }
 
-#[tokio::test]
-async fn provider_keys_rotate_roll_back_purge_and_go() {
-    for (backend, store, _db) in backends("provider_keys_rotate_roll_back_purge_and_go").await {
-        assert_eq!(
-            store
-                .put_provider_key(provider_key("main", b"one"))
-                .await
-                .unwrap(),
-            1
-        );
-        assert_eq!(
-            store
-                .put_provider_key(provider_key("main", b"two"))
-                .await
-                .unwrap(),
-            2
-        );
-        let rows = store.provider_keys().await.unwrap();
-        assert_eq!(
-            states(&rows),
-            [
-                ("main", 1, KeyState::History),
-                ("main", 2, KeyState::Active)
-            ],
-            "{backend}"
-        );
-        assert_eq!(rows[1].sealed.ciphertext, b"two", "{backend}");
-        assert_eq!(rows[1].weight, 3, "{backend}");
-        let rolled = store.rollback_provider_key("openai", "main", 60_000);
-        assert_eq!(rolled.await.unwrap(), Some(1), "{backend}");
-        assert_eq!(
-            states(&store.provider_keys().await.unwrap()),
-            [
-                ("main", 1, KeyState::Active),
-                ("main", 2, KeyState::Retired)
-            ],
-            "{backend}"
-        );
-        let again = store.rollback_provider_key("openai", "main", 60_000);
-        assert_eq!(again.await.unwrap(), None, "{backend}: nothing older");
-        // A window of -1 ms: the retired version is already outside it.
-        assert_eq!(store.purge_provider_keys(-1).await.unwrap(), 1, "{backend}");
-        let mut expired = provider_key("expired", b"old");
-        expired.expires_ms = Some(1);
-        store.put_provider_key(expired).await.unwrap();
-        assert_eq!(
-            store.purge_provider_keys(86_400_000).await.unwrap(),
-            1,
-            "{backend}"
-        );
-        let before = store.generation().await.unwrap();
-        assert!(store.remove_provider_key("openai", "main").await.unwrap());
-        assert!(!store.remove_provider_key("openai", "main").await.unwrap());
-        assert!(store.generation().await.unwrap() > before, "{backend}");
-        assert!(store.provider_keys().await.unwrap().is_empty(), "{backend}");
-    }
+pub async fn the_first_master_key_check_value_is_kept(backend: &str, store: &Store) {
+    let first = Sealed {
+        nonce: vec![1; 12],
+        ciphertext: vec![1, 2, 3],
+    };
+    let second = Sealed {
+        nonce: vec![2; 12],
+        ciphertext: vec![4, 5, 6],
+    };
+    assert_eq!(store.master_key_check(first.clone()).await.unwrap(), first);
+    assert_eq!(
+        store.master_key_check(second).await.unwrap(),
+        first,
+        "{backend}"
+    );
 }
 
-#[tokio::test]
-async fn the_first_master_key_check_value_is_kept() {
-    for (backend, store, _db) in backends("the_first_master_key_check_value_is_kept").await {
-        let first = Sealed {
-            nonce: vec![1; 12],
-            ciphertext: vec![1, 2, 3],
-        };
-        let second = Sealed {
-            nonce: vec![2; 12],
-            ciphertext: vec![4, 5, 6],
-        };
-        assert_eq!(store.master_key_check(first.clone()).await.unwrap(), first);
-        assert_eq!(
-            store.master_key_check(second).await.unwrap(),
-            first,
-            "{backend}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn meta_values_are_set_replaced_and_leave_the_generation_alone() {
-    for (backend, store, _db) in backends("meta_values_are_set_replaced").await {
-        let generation = store.generation().await.unwrap();
-        assert_eq!(
-            store.meta_value("env_seed:a").await.unwrap(),
-            None,
-            "{backend}"
-        );
-        store.set_meta_value("env_seed:a", i64::MIN).await.unwrap();
-        store.set_meta_value("env_seed:b", 7).await.unwrap();
-        store.set_meta_value("env_seed:a", -3).await.unwrap();
-        assert_eq!(
-            store.meta_value("env_seed:a").await.unwrap(),
-            Some(-3),
-            "{backend}"
-        );
-        assert_eq!(
-            store.meta_value("env_seed:b").await.unwrap(),
-            Some(7),
-            "{backend}"
-        );
-        assert_eq!(store.generation().await.unwrap(), generation, "{backend}");
-    }
+pub async fn meta_values_are_set_replaced_and_leave_the_generation_alone(
+    backend: &str,
+    store: &Store,
+) {
+    let generation = store.generation().await.unwrap();
+    assert_eq!(
+        store.meta_value("env_seed:a").await.unwrap(),
+        None,
+        "{backend}"
+    );
+    store.set_meta_value("env_seed:a", i64::MIN).await.unwrap();
+    store.set_meta_value("env_seed:b", 7).await.unwrap();
+    store.set_meta_value("env_seed:a", -3).await.unwrap();
+    assert_eq!(
+        store.meta_value("env_seed:a").await.unwrap(),
+        Some(-3),
+        "{backend}"
+    );
+    assert_eq!(
+        store.meta_value("env_seed:b").await.unwrap(),
+        Some(7),
+        "{backend}"
+    );
+    assert_eq!(store.generation().await.unwrap(), generation, "{backend}");
 }
 
 /// The console's filters, in the store: a virtual key, one request, a status range.
@@ -281,86 +309,80 @@ async fn log_rows_filter_by_key_id_and_status(backend: &str, store: &Store) {
     assert_eq!(ids(exact).await, ["e"], "{backend}");
 }
 
-#[tokio::test]
-async fn log_rows_round_trip_filter_and_purge() {
-    for (backend, store, _db) in backends("log_rows_round_trip_filter_and_purge").await {
-        let rows = vec![
-            log_row("a", 1_000, "success"),
-            log_row("b", 2_000, "fallback"),
-            log_row("c", 3_000, "success"),
-        ];
-        assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 3);
-        assert_eq!(
-            store.query_log(LogQuery::default()).await.unwrap(),
-            rows,
-            "{backend}"
-        );
-        let since = LogQuery {
-            since_ms: Some(2_000),
-            outcome: Some("success".into()),
-            ..LogQuery::default()
-        };
-        assert_eq!(store.query_log(since).await.unwrap(), vec![rows[2].clone()]);
-        let window = LogQuery {
-            since_ms: Some(1_500),
-            until_ms: Some(3_000),
-            user: Some("ana".into()),
-            route: Some("r".into()),
-            ..LogQuery::default()
-        };
-        assert_eq!(
-            store.query_log(window).await.unwrap(),
-            vec![rows[1].clone()]
-        );
-        let nobody = LogQuery {
-            user: Some("nobody".into()),
-            ..LogQuery::default()
-        };
-        assert!(
-            store.query_log(nobody).await.unwrap().is_empty(),
-            "{backend}"
-        );
-        let newest = LogQuery {
-            limit: Some(2),
-            ..LogQuery::default()
-        };
-        let ids: Vec<_> = store
-            .query_log(newest)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids, ["b", "c"], "{backend}");
-        assert_eq!(overall_requests(&store).await, 3, "{backend}");
-        assert_eq!(store.purge_log(2_500).await.unwrap(), 2, "{backend}");
-        assert_eq!(store.count_log().await.unwrap(), 1, "{backend}");
-        log_rows_filter_by_key_id_and_status(backend, &store).await;
-    }
+pub async fn log_rows_round_trip_filter_and_purge(backend: &str, store: &Store) {
+    let rows = vec![
+        log_row("a", 1_000, "success"),
+        log_row("b", 2_000, "fallback"),
+        log_row("c", 3_000, "success"),
+    ];
+    assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 3);
+    assert_eq!(
+        store.query_log(LogQuery::default()).await.unwrap(),
+        rows,
+        "{backend}"
+    );
+    let since = LogQuery {
+        since_ms: Some(2_000),
+        outcome: Some("success".into()),
+        ..LogQuery::default()
+    };
+    assert_eq!(store.query_log(since).await.unwrap(), vec![rows[2].clone()]);
+    let window = LogQuery {
+        since_ms: Some(1_500),
+        until_ms: Some(3_000),
+        user: Some("ana".into()),
+        route: Some("r".into()),
+        ..LogQuery::default()
+    };
+    assert_eq!(
+        store.query_log(window).await.unwrap(),
+        vec![rows[1].clone()]
+    );
+    let nobody = LogQuery {
+        user: Some("nobody".into()),
+        ..LogQuery::default()
+    };
+    assert!(
+        store.query_log(nobody).await.unwrap().is_empty(),
+        "{backend}"
+    );
+    let newest = LogQuery {
+        limit: Some(2),
+        ..LogQuery::default()
+    };
+    let ids: Vec<_> = store
+        .query_log(newest)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, ["b", "c"], "{backend}");
+    assert_eq!(overall_requests(store).await, 3, "{backend}");
+    assert_eq!(store.purge_log(2_500).await.unwrap(), 2, "{backend}");
+    assert_eq!(store.count_log().await.unwrap(), 1, "{backend}");
+    log_rows_filter_by_key_id_and_status(backend, store).await;
 }
 
-#[tokio::test]
-async fn a_replayed_batch_is_stored_and_rolled_up_once() {
-    for (backend, store, _db) in backends("a_replayed_batch_is_stored_and_rolled_up_once").await {
-        let now = now_ms();
-        let rows = vec![log_row("a", now, "success"), log_row("b", now, "fallback")];
-        assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 2);
-        let again = vec![rows[1].clone(), log_row("c", now, "success")];
-        assert_eq!(
-            store.insert_log(again).await.unwrap(),
-            1,
-            "{backend}: only c is new"
-        );
-        assert_eq!(store.count_log().await.unwrap(), 3, "{backend}");
-        assert_eq!(overall_requests(&store).await, 3, "{backend}");
-        let routes = store
-            .fold_rollups(0, Vec::new(), |seen, rollup: Rollup| {
-                if let Series::Route(route) = &rollup.series {
-                    seen.push((route.clone(), rollup.data.counts.fallback));
-                }
-            })
-            .await
-            .unwrap();
-        assert_eq!(routes, [("r".to_owned(), 1)], "{backend}");
-    }
+pub async fn a_replayed_batch_is_stored_and_rolled_up_once(backend: &str, store: &Store) {
+    let now = now_ms();
+    let rows = vec![log_row("a", now, "success"), log_row("b", now, "fallback")];
+    assert_eq!(store.insert_log(rows.clone()).await.unwrap(), 2);
+    let again = vec![rows[1].clone(), log_row("c", now, "success")];
+    assert_eq!(
+        store.insert_log(again).await.unwrap(),
+        1,
+        "{backend}: only c is new"
+    );
+    assert_eq!(store.count_log().await.unwrap(), 3, "{backend}");
+    assert_eq!(overall_requests(store).await, 3, "{backend}");
+    let routes = store
+        .fold_rollups(0, Vec::new(), |seen, rollup: Rollup| {
+            if let Series::Route(route) = &rollup.series {
+                seen.push((route.clone(), rollup.data.counts.fallback));
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(routes, [("r".to_owned(), 1)], "{backend}");
 }

@@ -5,6 +5,8 @@
 //! sends a `NOTIFY` in the same transaction, which [`listen`] turns into a reload on every
 //! instance. TLS follows libpq's `sslmode` and `sslrootcert` (see [`tls`]).
 
+#[cfg(any(test, feature = "test-fixtures"))]
+pub mod instances;
 mod listen;
 mod migrate;
 mod provider_keys;

@@ -5,17 +5,11 @@
 //! the price table makes prompts free and output $0.001 a token, so a request asking for
 //! `max_tokens = N` reserves exactly N × 1000 micro-dollars.
 
-use std::time::Duration;
-
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use switchyard::budgets::{Budget, Period, RedisBudgets, Verdict};
-use switchyard::config::{DEFAULT_LEASE, RedisTarget};
 use switchyard::fake::{Behavior, FakeHandle};
-use switchyard::limits::RedisLimiter;
 use switchyard::server::Gateway;
 
-use super::services;
 use super::support::*;
 
 /// Five words: five output tokens, $0.005.
@@ -23,7 +17,7 @@ const FIVE_WORDS: &str = "one two three four five";
 
 /// Route `r` to the fake's model `m` (priced), route `u` to its model `free-m` (unpriced),
 /// and the anonymous caller's role `default` with a daily budget of `per_day` dollars.
-fn config(fake: &FakeHandle, per_day: f64) -> TestGateway {
+pub fn config(fake: &FakeHandle, per_day: f64) -> TestGateway {
     TestGateway::new()
         .provider("up", fake)
         .route("r", &[("up", "m")], "")
@@ -34,16 +28,16 @@ fn config(fake: &FakeHandle, per_day: f64) -> TestGateway {
         .with(OBSERVABILITY)
 }
 
-fn ask(model: &str, max_tokens: u64) -> Value {
+pub fn ask(model: &str, max_tokens: u64) -> Value {
     json!({"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": "Hi"}]})
 }
 
-async fn five_word_fake() -> FakeHandle {
+pub async fn five_word_fake() -> FakeHandle {
     scripted("up", [Behavior::ok().content(FIVE_WORDS)]).await
 }
 
 /// Sends `count` requests at once, round-robin over `gateways`; the 200s and the 402s.
-async fn burst(gateways: &[&Gateway], body: &Value, count: usize) -> (usize, usize) {
+pub async fn burst(gateways: &[&Gateway], body: &Value, count: usize) -> (usize, usize) {
     let client = client();
     let requests = (0..count).map(|i| {
         client
@@ -66,7 +60,7 @@ async fn burst(gateways: &[&Gateway], body: &Value, count: usize) -> (usize, usi
 }
 
 /// The dollars a gateway's `/metrics` says were settled against budgets.
-async fn settled_dollars(gateway: &Gateway) -> f64 {
+pub async fn settled_dollars(gateway: &Gateway) -> f64 {
     metrics_text(&gateway.url(), METRICS_TOKEN)
         .await
         .lines()
@@ -293,142 +287,4 @@ async fn a_keys_spend_is_counted_apart_and_shown_by_key() {
         metrics.contains("switchyard_budget_refused_total{reason=\"budget_too_small\"} 1"),
         "{metrics}"
     );
-}
-
-mod redis {
-    //! Three gateways on one Redis, a key prefix per test.
-    use super::*;
-
-    fn prefix() -> String {
-        format!("switchyard-test-budgets-{}", uuid::Uuid::now_v7())
-    }
-
-    /// `config`, with its limits (and so its budgets) on the real Redis under `prefix`.
-    fn on_redis(config: TestGateway, prefix: &str) -> TestGateway {
-        config
-            .with("[limits]\nbackend = \"redis\"\nredis_url = \"redis://127.0.0.1:6379\"\n")
-            .with("on_backend_error = \"closed\"\n")
-            .set("key_prefix", prefix)
-    }
-
-    /// What Redis holds of the anonymous caller's spend today, in micro-dollars.
-    async fn spent_today(prefix: &str) -> u64 {
-        let client = ::redis::Client::open("redis://127.0.0.1:6379").unwrap();
-        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-        let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        let key = format!("{prefix}:{{user:anonymous}}:spend:day:{}", seconds / 86_400);
-        let spent: Option<u64> = ::redis::cmd("GET")
-            .arg(key)
-            .query_async(&mut connection)
-            .await
-            .unwrap();
-        spent.unwrap_or(0)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn three_gateways_on_one_redis_admit_exactly_twenty_of_fifty() {
-        if !services::redis_reachable("three_gateways_on_one_redis_admit_exactly_twenty_of_fifty") {
-            return;
-        }
-        let fake = five_word_fake().await;
-        let prefix = prefix();
-        let config = on_redis(config(&fake, 0.102), &prefix);
-        let gateways = [
-            config.start().await,
-            config.start().await,
-            config.start().await,
-        ];
-        let refs: Vec<&Gateway> = gateways.iter().collect();
-        assert_eq!(burst(&refs, &ask("r", 5), 50).await, (20, 30));
-        assert_eq!(fake.calls(), 20);
-        // Every answer is settled (at its reservation: five words cost what five tokens
-        // reserve) before it is sent, so Redis holds the settled spend now.
-        let spent = spent_today(&prefix).await;
-        assert_eq!(spent, 100_000);
-        let mut settled = 0.0;
-        for gateway in &gateways {
-            settled += settled_dollars(gateway).await;
-        }
-        assert!((settled - 0.1).abs() < 1e-9, "{settled}");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn settling_on_redis_returns_the_unused_part() {
-        if !services::redis_reachable("settling_on_redis_returns_the_unused_part") {
-            return;
-        }
-        let fake = scripted("up", [Behavior::ok().content("two words")]).await;
-        let prefix = prefix();
-        let config = on_redis(config(&fake, 0.025), &prefix);
-        let gateways = [config.start().await, config.start().await];
-        let mut admitted = 0;
-        while post(&gateways[admitted % 2], &ask("r", 10)).await.status() == 200 {
-            admitted += 1;
-            assert!(admitted < 20, "the budget never ran out");
-        }
-        assert_eq!(admitted, 8);
-        assert_eq!(spent_today(&prefix).await, 16_000);
-    }
-
-    #[tokio::test]
-    async fn the_scripts_are_idempotent_by_request_id() {
-        if !services::redis_reachable("the_scripts_are_idempotent_by_request_id") {
-            return;
-        }
-        let prefix = prefix();
-        let limiter = RedisLimiter::new(
-            &RedisTarget::url("redis://127.0.0.1:6379"),
-            &prefix,
-            DEFAULT_LEASE,
-        )
-        .unwrap();
-        let budgets = RedisBudgets::on(limiter, Duration::from_secs(60));
-        let budget = Budget {
-            per_day: Some(25_000),
-            per_month: None,
-        };
-        let owner = "user:anonymous";
-        let reserve = async |request: &str, cents: u64| {
-            budgets
-                .reserve(owner, request, cents, budget)
-                .await
-                .unwrap()
-        };
-        for _ in 0..3 {
-            // A retried admission of the same request reserves once.
-            let verdict = reserve("req-1", 10_000).await;
-            assert_eq!(
-                verdict,
-                Verdict::Reserved {
-                    remaining: Some(15_000)
-                }
-            );
-        }
-        assert_eq!(spent_today(&prefix).await, 10_000);
-        reserve("req-2", 10_000).await;
-        let third = reserve("req-3", 10_000).await;
-        assert!(
-            matches!(third, Verdict::Exceeded { spent: 20_000, .. }),
-            "{third:?}"
-        );
-        // A retried settlement releases once, and a settled request cannot reserve again.
-        assert!(budgets.try_settle(owner, "req-1", 2_000).await.unwrap());
-        assert!(!budgets.try_settle(owner, "req-1", 2_000).await.unwrap());
-        assert_eq!(spent_today(&prefix).await, 12_000);
-        reserve("req-1", 10_000).await;
-        assert_eq!(spent_today(&prefix).await, 12_000);
-        // A settlement of a request never reserved changes nothing.
-        assert!(!budgets.try_settle(owner, "req-9", 0).await.unwrap());
-        let never = reserve("req-4", 30_000).await;
-        assert_eq!(
-            never,
-            Verdict::NeverFits {
-                period: Period::Day,
-                budget: 25_000
-            }
-        );
-    }
 }

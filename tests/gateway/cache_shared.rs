@@ -12,7 +12,7 @@ use switchyard::fake::{Behavior, FakeHandle};
 use switchyard::server::Gateway;
 
 use super::redis_faults::proxy::Proxy;
-use super::services::{RedisServer, redis_reachable};
+use super::services::RedisServer;
 use super::support::*;
 use super::telemetry::{parse_metrics, sample};
 
@@ -63,11 +63,7 @@ async fn backend_errors(gateway: &Gateway) -> f64 {
     )
 }
 
-#[tokio::test]
-async fn fifty_identical_misses_over_three_instances_make_one_upstream_call() {
-    if !redis_reachable("fifty_identical_misses_over_three_instances_make_one_upstream_call") {
-        return;
-    }
+pub async fn fifty_identical_misses_over_three_instances_make_one_upstream_call() {
     let fake = scripted("p", []).await;
     let config = kept_in_redis(&fake, SHARED_REDIS);
     let instances = [
@@ -104,11 +100,7 @@ async fn fifty_identical_misses_over_three_instances_make_one_upstream_call() {
     }
 }
 
-#[tokio::test]
-async fn an_answer_kept_by_one_instance_is_served_and_purged_by_another() {
-    if !redis_reachable("an_answer_kept_by_one_instance_is_served_and_purged_by_another") {
-        return;
-    }
+pub async fn an_answer_kept_by_one_instance_is_served_and_purged_by_another() {
     let fake = scripted("p", []).await;
     let config = kept_in_redis(&fake, SHARED_REDIS);
     let (one, other) = (
@@ -148,11 +140,7 @@ async fn an_answer_kept_by_one_instance_is_served_and_purged_by_another() {
     assert_eq!(fake.calls(), 2);
 }
 
-#[tokio::test]
-async fn every_key_the_cache_writes_in_redis_expires_within_the_routes_ttl() {
-    if !redis_reachable("every_key_the_cache_writes_in_redis_expires_within_the_routes_ttl") {
-        return;
-    }
+pub async fn every_key_the_cache_writes_in_redis_expires_within_the_routes_ttl() {
     let fake = scripted("p", []).await;
     let prefix = format!("switchyard-cache-test-{}", uuid::Uuid::now_v7());
     let gateway = kept_under(&fake, SHARED_REDIS, &prefix).start().await;
@@ -181,13 +169,7 @@ async fn every_key_the_cache_writes_in_redis_expires_within_the_routes_ttl() {
     }
 }
 
-#[tokio::test]
-async fn when_the_lock_holder_fails_a_waiter_on_another_instance_makes_its_own_call() {
-    if !redis_reachable(
-        "when_the_lock_holder_fails_a_waiter_on_another_instance_makes_its_own_call",
-    ) {
-        return;
-    }
+pub async fn when_the_lock_holder_fails_a_waiter_on_another_instance_makes_its_own_call() {
     let fake = scripted("p", [Behavior::status(500), Behavior::ok()]).await;
     let config = kept_in_redis(&fake, SHARED_REDIS).with("[retry]\nattempts_per_step = 1\n");
     let (holder, waiter) = (config.start().await, config.start().await);
@@ -213,12 +195,8 @@ async fn when_the_lock_holder_fails_a_waiter_on_another_instance_makes_its_own_c
     assert_eq!(fake.calls(), 2, "the waiter went upstream itself");
 }
 
-#[tokio::test]
-async fn a_redis_that_stops_mid_load_fails_no_request_and_is_used_again_once_back() {
-    let test = "a_redis_that_stops_mid_load_fails_no_request_and_is_used_again_once_back";
-    let Some(mut redis) = RedisServer::start(test) else {
-        return;
-    };
+pub async fn a_redis_that_stops_mid_load_fails_no_request_and_is_used_again_once_back() {
+    let mut redis = RedisServer::start();
     let fake = scripted("p", []).await;
     let url = format!("redis://127.0.0.1:{}", redis.port);
     let gateway = kept_in_redis(&fake, &url).start().await;
@@ -266,12 +244,8 @@ async fn a_redis_that_stops_mid_load_fails_no_request_and_is_used_again_once_bac
         .expect("the cache is used again once Redis is back");
 }
 
-#[tokio::test]
-async fn a_redis_that_hangs_costs_a_request_its_timeout_not_its_answer() {
-    let test = "a_redis_that_hangs_costs_a_request_its_timeout_not_its_answer";
-    let Some(redis) = RedisServer::start(test) else {
-        return;
-    };
+pub async fn a_redis_that_hangs_costs_a_request_its_timeout_not_its_answer() {
+    let redis = RedisServer::start();
     let proxy = Proxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], redis.port))).await;
     let fake = scripted("p", []).await;
     let gateway = kept_in_redis(&fake, &proxy.url()).start().await;

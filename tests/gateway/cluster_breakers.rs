@@ -14,7 +14,7 @@ use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use tokio::time::Instant;
 
 use super::bounds::spawned::Spawned;
-use super::services::{RedisServer, redis_reachable};
+use super::services::RedisServer;
 use super::support::*;
 use primary::{Mode, Primary};
 
@@ -99,11 +99,7 @@ async fn secondary() -> FakeHandle {
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_processes_open_together_send_one_probe_and_close_together() {
-    if !redis_reachable("three_processes_open_together_send_one_probe_and_close_together") {
-        return;
-    }
+pub async fn three_processes_open_together_send_one_probe_and_close_together() {
     let primary = Primary::start(Mode::Fail).await;
     let secondary = secondary().await;
     let prefix = unique_prefix("three");
@@ -235,11 +231,7 @@ async fn failing_primary() -> FakeHandle {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_reset_on_one_instance_closes_the_breaker_on_all() {
-    if !redis_reachable("a_reset_on_one_instance_closes_the_breaker_on_all") {
-        return;
-    }
+pub async fn a_reset_on_one_instance_closes_the_breaker_on_all() {
     let (primary, secondary) = (failing_primary().await, secondary().await);
     let prefix = unique_prefix("reset");
     let (one, two) = pair(&primary, &secondary, "redis://127.0.0.1:6379", &prefix).await;
@@ -262,11 +254,7 @@ async fn a_reset_on_one_instance_closes_the_breaker_on_all() {
     );
 }
 
-#[tokio::test]
-async fn an_instance_that_joins_later_reads_the_open_breakers() {
-    if !redis_reachable("an_instance_that_joins_later_reads_the_open_breakers") {
-        return;
-    }
+pub async fn an_instance_that_joins_later_reads_the_open_breakers() {
     let (primary, secondary) = (failing_primary().await, secondary().await);
     let prefix = unique_prefix("late");
     let rest =
@@ -295,13 +283,8 @@ async fn an_instance_that_joins_later_reads_the_open_breakers() {
     assert_eq!(primary.calls(), calls);
 }
 
-#[tokio::test]
-async fn without_redis_breakers_are_local_and_rejoin_when_it_returns() {
-    let Some(mut redis) =
-        RedisServer::start("without_redis_breakers_are_local_and_rejoin_when_it_returns")
-    else {
-        return;
-    };
+pub async fn without_redis_breakers_are_local_and_rejoin_when_it_returns() {
+    let mut redis = RedisServer::start();
     let (primary, secondary) = (failing_primary().await, secondary().await);
     let url = format!("redis://127.0.0.1:{}", redis.port);
     let (one, two) = pair(&primary, &secondary, &url, &unique_prefix("away")).await;
@@ -360,8 +343,7 @@ async fn without_redis_breakers_are_local_and_rejoin_when_it_returns() {
     );
 }
 
-#[tokio::test]
-async fn without_a_cluster_breakers_stay_local() {
+pub async fn without_a_cluster_breakers_stay_local() {
     let (primary, secondary) = (failing_primary().await, secondary().await);
     let one = two_step(&primary, &secondary, "").await;
     let ready = readiness(&one.url()).await;

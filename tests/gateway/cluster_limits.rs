@@ -4,7 +4,7 @@
 //! saying so, except under `SWITCHYARD_REQUIRE_SERVICES=1`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -14,7 +14,6 @@ use tokio::time::Instant;
 
 use super::cluster::{cli, env, member};
 use super::logqueue::{QUIET, Spawned};
-use super::services::redis_reachable;
 use super::support::*;
 
 /// One instance's config: the shared store and Redis, role `limited` allowing `per_minute`
@@ -30,14 +29,6 @@ fn cluster_config(db: &TestDb, fake: &FakeHandle, prefix: &str, per_minute: usiz
         .provider("up", fake)
         .route("r", &[("up", "m")], "")
         .raw_text()
-}
-
-/// Services there, a database made: what each test needs before it starts anything.
-async fn services(test: &str) -> Option<TestDb> {
-    if !redis_reachable(test) {
-        return None;
-    }
-    TestDb::create(test).await
 }
 
 fn prefix(test: &str) -> String {
@@ -86,12 +77,8 @@ async fn burst(urls: &[String], key: &str, count: usize) -> (usize, usize) {
     (ok, limited)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_processes_admit_exactly_20_of_25_concurrent_requests_with_one_key() {
-    let test = "three_processes_admit_exactly_20_of_25_concurrent_requests_with_one_key";
-    let Some(db) = services(test).await else {
-        return;
-    };
+pub async fn three_processes_admit_exactly_20_of_25_concurrent_requests_with_one_key() {
+    let db = TestDb::create().await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let config = cluster_config(&db, &fake, &prefix("twenty"), 20);
     let key = create_key(&config, "limited");
@@ -116,7 +103,7 @@ fn steady_load(
     key: &str,
     killed: &Arc<AtomicBool>,
     stop: &Arc<AtomicBool>,
-    answered: &Arc<AtomicUsize>,
+    answered: &tokio::sync::watch::Sender<usize>,
 ) -> Vec<tokio::task::JoinHandle<usize>> {
     (0..6)
         .map(|worker| {
@@ -134,7 +121,7 @@ fn steady_load(
                     match send(&client, &urls[target], &key).await {
                         Ok(status) => {
                             assert_eq!(status, 200, "{} answered {status}", urls[target]);
-                            answered.fetch_add(1, Ordering::SeqCst);
+                            answered.send_modify(|n| *n += 1);
                             after_kill += usize::from(was_killed);
                         }
                         Err(error) => assert!(
@@ -150,21 +137,18 @@ fn steady_load(
         .collect()
 }
 
-/// Polls until `answered` reaches `count`, for at most 60 s.
-async fn until_answered(answered: &AtomicUsize, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while answered.load(Ordering::SeqCst) < count {
-        assert!(Instant::now() < deadline, "the load stalled");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Waits until the load's workers have counted `count` answers, for at most 60 s.
+async fn until_answered(answered: &tokio::sync::watch::Sender<usize>, count: usize) {
+    let mut counted = answered.subscribe();
+    let reached = counted.wait_for(|n| *n >= count);
+    tokio::time::timeout(Duration::from_secs(60), reached)
+        .await
+        .expect("the load stalled")
+        .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_one_instance_mid_load_leaves_two_serving_with_the_limit_exact() {
-    let test = "kill_9_of_one_instance_mid_load_leaves_two_serving_with_the_limit_exact";
-    let Some(db) = services(test).await else {
-        return;
-    };
+pub async fn kill_9_of_one_instance_mid_load_leaves_two_serving_with_the_limit_exact() {
+    let db = TestDb::create().await;
     let fake = FakeUpstream::new("up").start().await.unwrap();
     let config = cluster_config(&db, &fake, &prefix("kill"), LIMIT);
     let (limited, free) = (create_key(&config, "limited"), create_key(&config, "free"));
@@ -174,7 +158,7 @@ async fn kill_9_of_one_instance_mid_load_leaves_two_serving_with_the_limit_exact
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
     );
-    let answered = Arc::new(AtomicUsize::new(0));
+    let answered = tokio::sync::watch::Sender::new(0);
     let load = steady_load(&urls, &free, &killed, &stop, &answered);
 
     // What "exact" means here. The limit lives in Redis, so a request the killed instance
@@ -192,7 +176,7 @@ async fn kill_9_of_one_instance_mid_load_leaves_two_serving_with_the_limit_exact
     let victim = &mut gateways[2];
     victim.child.kill().unwrap(); // SIGKILL: no flush, no shutdown, no goodbye to Redis.
     victim.child.wait().unwrap();
-    let at_kill = answered.load(Ordering::SeqCst);
+    let at_kill = *answered.borrow();
 
     let survivors = &urls[..2];
     let (ok, refused) = burst(survivors, &limited, LIMIT).await;

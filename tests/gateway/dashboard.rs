@@ -4,19 +4,18 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::services;
 use super::support::*;
-use super::telemetry::{run_script, scripted_config, scripted_fakes};
+use super::telemetry::{run_script, scripted, scripted_fakes};
 
 /// Runs headless Chromium on `url` with `args` (a fresh profile each time), giving it 10 s of
 /// virtual time for the page's fetches and timers; returns stdout.
-async fn chromium(binary: String, url: String, args: Vec<String>) -> String {
+async fn chromium(url: String, args: Vec<String>) -> String {
     tokio::task::spawn_blocking(move || {
         let profile =
             std::env::temp_dir().join(format!("switchyard-chromium-{}", uuid::Uuid::now_v7()));
         let output = Command::new("timeout")
             .arg("120")
-            .arg(binary)
+            .arg("chromium")
             .args([
                 "--headless",
                 "--no-sandbox",
@@ -60,19 +59,14 @@ fn points(dom: &str, kind: &str) -> Vec<f64> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
-    let test = "the_dashboard_draws_the_scorecard_in_headless_chromium";
-    let Some(binary) = services::chromium(test) else {
-        return;
-    };
+pub async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     let (primary, secondary) = scripted_fakes().await;
     // On the admin listener, where the page and its scorecard need no token.
     // Anonymous callers get a sliding limit of 100 a minute: the script's 100 pass, 5 more
     // are refused, and the limiter's chart has something to draw.
     let listen = "[server]\nadmin_listen = \"127.0.0.1:0\"\n\
         [[roles]]\nname = \"default\"\nrequests_per_minute = 100\nwindow = \"sliding\"\n";
-    let gateway = gateway(&scripted_config(&primary, &secondary, listen)).await;
+    let gateway = gateway(&scripted(&primary, &secondary).with(listen).raw_text()).await;
     run_script(&gateway).await;
     for _ in 0..5 {
         assert_eq!(post(&gateway, &chat("r")).await.status(), 429);
@@ -80,7 +74,7 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     gateway.telemetry().wait_for_rows(105).await;
     let url = format!("{}/dashboard", gateway.admin_url());
 
-    let dom = chromium(binary.clone(), url.clone(), vec!["--dump-dom".into()]).await;
+    let dom = chromium(url.clone(), vec!["--dump-dom".into()]).await;
     assert!(
         dom.contains("data-loaded=\"true\""),
         "the script ran:\n{dom}"
@@ -119,7 +113,6 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     let shot = artifacts.join("dashboard.png");
     let _ = std::fs::remove_file(&shot);
     chromium(
-        binary,
         url,
         vec![
             format!("--screenshot={}", shot.display()),
@@ -132,20 +125,20 @@ async fn the_dashboard_draws_the_scorecard_in_headless_chromium() {
     assert!(size > 10_000, "a screenshot at {}", shot.display());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password() {
-    let test = "on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password";
-    let Some(binary) = services::chromium(test) else {
-        return;
-    };
+pub async fn on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password() {
     let (primary, secondary) = scripted_fakes().await;
-    let gateway = gateway(&scripted_config(&primary, &secondary, OBSERVABILITY)).await;
+    let gateway = gateway(
+        &scripted(&primary, &secondary)
+            .with(OBSERVABILITY)
+            .raw_text(),
+    )
+    .await;
     run_script(&gateway).await;
     let with_token = format!(
         "http://operator:{METRICS_TOKEN}@{}/dashboard",
         gateway.addr()
     );
-    let dom = chromium(binary.clone(), with_token, vec!["--dump-dom".into()]).await;
+    let dom = chromium(with_token, vec!["--dump-dom".into()]).await;
     assert!(
         dom.contains("data-loaded=\"true\""),
         "the page's own fetch of the scorecard was let in:\n{dom}"
@@ -153,7 +146,7 @@ async fn on_the_client_port_the_dashboard_opens_with_the_token_as_basic_password
     assert_eq!(points(&dom, "requests").iter().sum::<f64>(), 100.0);
 
     let without = format!("{}/dashboard", gateway.url());
-    let dom = chromium(binary, without, vec!["--dump-dom".into()]).await;
+    let dom = chromium(without, vec!["--dump-dom".into()]).await;
     assert!(
         !dom.contains("data-point"),
         "nothing drawn without the token:\n{dom}"

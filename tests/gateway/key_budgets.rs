@@ -8,7 +8,6 @@ use serde_json::{Value, json};
 
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
-use switchyard::store::postgres::testdb::TestDb;
 
 use super::support::*;
 use super::virtual_keys::{
@@ -189,7 +188,7 @@ async fn vkeys_create_takes_budgets_in_dollars_and_list_shows_them() {
 
 /// Gateways A and B on the store at `store_url`: a budget changed through A's admin API is
 /// what B holds for the key, once B has loaded the store's generation.
-async fn a_budget_change_on_a_reaches_b(store_url: &str) {
+pub async fn a_budget_change_on_a_reaches_b(store_url: &str) {
     let primary = scripted("primary", []).await;
     let secondary = scripted("secondary", []).await;
     let served = keyed_config(&primary, &secondary)
@@ -232,13 +231,4 @@ async fn a_budget_changed_on_one_gateway_reaches_another_on_the_same_sqlite_file
     std::fs::create_dir_all(&dir).unwrap();
     a_budget_change_on_a_reaches_b(&format!("sqlite://{}", dir.join("store.db").display())).await;
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_budget_changed_on_one_gateway_reaches_another_on_postgresql() {
-    let test = "a_budget_changed_on_one_gateway_reaches_another_on_postgresql";
-    let Some(db) = TestDb::create(test).await else {
-        return;
-    };
-    a_budget_change_on_a_reaches_b(&db.url()).await;
 }

@@ -51,8 +51,8 @@ impl Certificates {
 
     /// A PostgreSQL of the test's own serving this certificate, TLS only, with
     /// [`PG_PASSWORD`].
-    fn postgres(&self, test: &str) -> Option<PgServer> {
-        PgServer::start_tls(test, &self.cert_pem, &self.key_pem, PG_PASSWORD)
+    fn postgres(&self) -> PgServer {
+        PgServer::start_tls(&self.cert_pem, &self.key_pem, PG_PASSWORD)
     }
 
     /// The server's certificate and key as files, for Redis.
@@ -122,13 +122,9 @@ const ENV: &[(&str, &str)] = &[
     ("SY_TEST_REDIS_PASSWORD", REDIS_PASSWORD),
 ];
 
-#[test]
-fn postgres_over_tls_is_verified_as_sslmode_says() {
-    let test = "postgres_over_tls_is_verified_as_sslmode_says";
+pub fn postgres_over_tls_is_verified_as_sslmode_says() {
     let certificates = Certificates::make();
-    let Some(pg) = certificates.postgres(test) else {
-        return;
-    };
+    let pg = certificates.postgres();
     let ca = shown(&certificates.ca);
     let password_file = certificates.dir.join("pg-password");
     std::fs::write(&password_file, format!("{PG_PASSWORD}\n")).unwrap();
@@ -213,13 +209,9 @@ fn postgres_over_tls_is_verified_as_sslmode_says() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_serves_with_its_store_over_verified_tls() {
-    let test = "a_gateway_serves_with_its_store_over_verified_tls";
+pub async fn a_gateway_serves_with_its_store_over_verified_tls() {
     let certificates = Certificates::make();
-    let Some(pg) = certificates.postgres(test) else {
-        return;
-    };
+    let pg = certificates.postgres();
     let fake = scripted("up", []).await;
     let url = format!(
         "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}",
@@ -250,14 +242,10 @@ async fn a_gateway_serves_with_its_store_over_verified_tls() {
     gateway.terminate();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_over_tls_is_verified_and_counts_limits() {
-    let test = "redis_over_tls_is_verified_and_counts_limits";
+pub async fn redis_over_tls_is_verified_and_counts_limits() {
     let certificates = Certificates::make();
     let (cert, key) = certificates.server_files();
-    let Some(redis) = RedisServer::start_tls(test, &cert, &key, REDIS_PASSWORD) else {
-        return;
-    };
+    let redis = RedisServer::start_tls(&cert, &key, REDIS_PASSWORD);
     let limits = |host: &str, ca: &Path, password: &str| {
         TestGateway::new()
             .with("[store]\nurl = \"sqlite::memory:\"\n[limits]\nbackend = \"redis\"\n")

@@ -35,15 +35,10 @@ async fn row_ids(url: &str) -> Option<Vec<String>> {
     Some(rows.iter().map(|r| r.get(0)).collect())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
+pub async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
     let test = "postgres_down_under_load_loses_no_row_and_duplicates_none";
-    let Some(server) = PgServer::start(test) else {
-        return;
-    };
-    let db = TestDb::create_on(&server.url(), test)
-        .await
-        .expect("the test's own PostgreSQL answers");
+    let server = PgServer::start();
+    let db = TestDb::create_on(&server.url()).await;
     let fake = scripted("up", []).await;
     let head = TestGateway::new()
         .with("[auth]\nrequired = true\n[store]\n")
@@ -126,12 +121,13 @@ async fn postgres_down_under_load_loses_no_row_and_duplicates_none() {
 
 /// A database of the test's own, the proxy the test can freeze between it and the gateway,
 /// and the `[store] url` that goes through the proxy.
-async fn behind_a_proxy(test: &str) -> Option<(TestDb, Proxy, String)> {
-    let db = TestDb::create(test).await?;
+async fn behind_a_proxy() -> (TestDb, Proxy, String) {
+    let db = TestDb::create().await;
     let server = switchyard::store::postgres::testdb::server_url();
-    let proxy = Proxy::start(server.rsplit('@').next()?.parse().ok()?).await;
+    let address = server.rsplit('@').next().unwrap().parse().unwrap();
+    let proxy = Proxy::start(address).await;
     let url = format!("postgres://postgres@{}/{}", proxy.addr(), db.name);
-    Some((db, proxy, url))
+    (db, proxy, url)
 }
 
 /// `head` (its `[auth]`, `[store]` and `[log]`) and route `r` served by `fake`.
@@ -183,12 +179,8 @@ const QUEUE: usize = 1024;
 /// timeout`, then spills rows to the journal as for a store that refuses: requests are
 /// answered far past what the queue holds, and once the store answers again every row is in
 /// it exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
-    let test = "a_store_that_stops_answering_is_spilled_not_waited_on";
-    let Some((db, proxy, url)) = behind_a_proxy(test).await else {
-        return;
-    };
+pub async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
+    let (db, proxy, url) = behind_a_proxy().await;
     let fake = scripted("up", []).await;
     let head = hung_store(&url)
         .with("[log]\n")
@@ -231,12 +223,8 @@ async fn a_store_that_stops_answering_is_spilled_not_waited_on() {
 
 /// A request that reads stored Responses state from a store that stopped answering gets an
 /// error once `[store] timeout` has passed, on a pooled connection the hang caught idle.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
-    let test = "a_stored_turn_read_from_a_hung_store_fails_within_the_timeout";
-    let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
-        return;
-    };
+pub async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
+    let (_db, proxy, url) = behind_a_proxy().await;
     let fake = scripted("up", []).await;
     let (gateway, _) = start_gateway(hung_store(&url), &fake).await;
     let responses = format!("{}/v1/responses", gateway.url);
@@ -264,12 +252,8 @@ async fn a_stored_turn_read_from_a_hung_store_fails_within_the_timeout() {
 /// The admin API over a store that stops answering: each call ends with a 503 after a few of
 /// the store's timeouts, instead of holding the operator's tool (and the reload lock) until
 /// the store comes back; once it does, the admin API works again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
-    let test = "an_admin_call_to_a_hung_store_ends_within_its_deadline";
-    let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
-        return;
-    };
+pub async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
+    let (_db, proxy, url) = behind_a_proxy().await;
     let fake = scripted("up", []).await;
     let config = serving(hung_store(&url), &fake).raw_text();
     const TOKEN: &str = "admin-token-for-a-hung-store";
@@ -332,12 +316,8 @@ async fn an_admin_call_to_a_hung_store_ends_within_its_deadline() {
 /// open (a hung host, a route that drops packets): no error ever arrives on it, so the
 /// listener asks it a question now and then, gives it up when no answer comes, and connects
 /// again, instead of waiting on it for ever while changes go unheard.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listening_connection_gone_silent_is_given_up_and_remade() {
-    let test = "a_listening_connection_gone_silent_is_given_up_and_remade";
-    let Some((_db, proxy, url)) = behind_a_proxy(test).await else {
-        return;
-    };
+pub async fn a_listening_connection_gone_silent_is_given_up_and_remade() {
+    let (_db, proxy, url) = behind_a_proxy().await;
     let store = switchyard::store::postgres::PgStore::open(&url)
         .await
         .unwrap();

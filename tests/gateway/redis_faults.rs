@@ -98,11 +98,8 @@ async fn redis_minute(server: &RedisServer) -> u64 {
     seconds / 60
 }
 
-#[tokio::test]
-async fn readiness_comes_back_with_redis_without_any_request() {
-    let Some(mut server) = RedisServer::start("readiness_comes_back_with_redis") else {
-        return;
-    };
+pub async fn readiness_comes_back_with_redis_without_any_request() {
+    let mut server = RedisServer::start();
     let fake = scripted("up", []).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let gateway = config(&fake, &url, "closed", "requests_per_minute = 20", "")
@@ -127,11 +124,8 @@ async fn readiness_comes_back_with_redis_without_any_request() {
     assert_eq!(fake.calls(), 0);
 }
 
-#[tokio::test]
-async fn readiness_notices_redis_going_away_without_any_request() {
-    let Some(mut server) = RedisServer::start("readiness_notices_redis_going_away") else {
-        return;
-    };
+pub async fn readiness_notices_redis_going_away_without_any_request() {
+    let mut server = RedisServer::start();
     let fake = scripted("up", []).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let gateway = config(&fake, &url, "open", "requests_per_minute = 20", "")
@@ -157,7 +151,7 @@ async fn readiness_notices_redis_going_away_without_any_request() {
 
 /// One request, a cut, then 24 more, all in one sliding minute with a limit of 20.
 async fn cut_then_burst(fail: &str) -> Vec<u16> {
-    let server = RedisServer::start("cut_then_burst").expect("redis-server");
+    let server = RedisServer::start();
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = scripted("up", []).await;
     let role = "requests_per_minute = 20\nwindow = \"sliding\"";
@@ -170,30 +164,19 @@ async fn cut_then_burst(fail: &str) -> Vec<u16> {
     statuses
 }
 
-#[tokio::test]
-async fn a_cut_connection_costs_no_spurious_503_when_failing_closed() {
-    if RedisServer::start("a_cut_connection_costs_no_spurious_503").is_none() {
-        return;
-    }
+pub async fn a_cut_connection_costs_no_spurious_503_when_failing_closed() {
     let statuses = cut_then_burst("closed").await;
     assert!(!statuses.contains(&503), "{statuses:?}");
     assert_20_admitted_5_limited(&statuses);
 }
 
-#[tokio::test]
-async fn a_cut_connection_admits_no_extra_request_when_failing_open() {
-    if RedisServer::start("a_cut_connection_admits_no_extra_request").is_none() {
-        return;
-    }
+pub async fn a_cut_connection_admits_no_extra_request_when_failing_open() {
     let statuses = cut_then_burst("open").await;
     assert_20_admitted_5_limited(&statuses);
 }
 
-#[tokio::test]
-async fn a_lost_reply_holds_no_slot_and_counts_once() {
-    let Some(server) = RedisServer::start("a_lost_reply_holds_no_slot") else {
-        return;
-    };
+pub async fn a_lost_reply_holds_no_slot_and_counts_once() {
+    let server = RedisServer::start();
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = scripted("up", []).await;
     let role = "requests_per_minute = 20\nmax_concurrent = 1";
@@ -218,11 +201,8 @@ async fn a_lost_reply_holds_no_slot_and_counts_once() {
     }
 }
 
-#[tokio::test]
-async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
-    let Some(server) = RedisServer::start("a_slot_is_released_over_a_new_connection") else {
-        return;
-    };
+pub async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
+    let server = RedisServer::start();
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = scripted("up", [Behavior::ok().chunks(100, 50)]).await;
     let gateway = config(&fake, &proxy.url(), "closed", "max_concurrent = 1", "")
@@ -241,11 +221,8 @@ async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
     admitted_within_patience(&gateway).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_outlives_its_lease_while_its_stream_lives() {
-    let Some(server) = RedisServer::start("a_slot_outlives_its_lease") else {
-        return;
-    };
+pub async fn a_slot_outlives_its_lease_while_its_stream_lives() {
+    let server = RedisServer::start();
     // 16 chunks 300 ms apart: the stream outlives its 2 s lease by far.
     let fake = scripted("up", [Behavior::ok().chunks(16, 300)]).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
@@ -271,8 +248,7 @@ async fn a_slot_outlives_its_lease_while_its_stream_lives() {
     assert!(competitors.iter().all(|s| *s == 429), "{competitors:?}");
 }
 
-#[tokio::test]
-async fn failing_open_still_holds_each_instance_to_the_limit() {
+pub async fn failing_open_still_holds_each_instance_to_the_limit() {
     let fake = scripted("up", []).await;
     let closed = closed_addr();
     let url = format!("redis://{closed}");
@@ -289,11 +265,8 @@ async fn failing_open_still_holds_each_instance_to_the_limit() {
     assert_20_admitted_5_limited(&statuses);
 }
 
-#[tokio::test]
-async fn the_health_check_ends_with_the_gateway() {
-    let Some(server) = RedisServer::start("the_health_check_ends_with_the_gateway") else {
-        return;
-    };
+pub async fn the_health_check_ends_with_the_gateway() {
+    let server = RedisServer::start();
     let fake = scripted("up", []).await;
     let url = format!("redis://127.0.0.1:{}", server.port);
     let gateway = config(&fake, &url, "closed", "max_concurrent = 1", "")
@@ -331,11 +304,8 @@ async fn the_health_check_ends_with_the_gateway() {
 /// Streams that end while the link to Redis is down cannot release their slots then; the
 /// releases are kept and replayed once Redis answers, so the user is not locked out until the
 /// slots' 30 s leases run out.
-#[tokio::test]
-async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
-    let Some(server) = RedisServer::start("releases_missed_while_redis_was_away") else {
-        return;
-    };
+pub async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
+    let server = RedisServer::start();
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = FakeUpstream::new("up")
         .then(Behavior::ok().chunks(100, 50))
@@ -389,9 +359,7 @@ async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers() {
 /// delay (the limiter gives up at its own 500 ms timeout), `on_backend_error` decides the
 /// answer, `/readyz` says why, and everything comes back when Redis is quick again.
 async fn a_slow_redis_holds_no_request(fail: &str) {
-    let Some(server) = RedisServer::start(&format!("a_slow_redis_holds_no_request_{fail}")) else {
-        return;
-    };
+    let server = RedisServer::start();
     let proxy = Proxy::start(redis_addr(&server)).await;
     let fake = scripted("up", []).await;
     let gateway = config(
@@ -441,12 +409,10 @@ async fn a_slow_redis_holds_no_request(fail: &str) {
     assert_eq!(status(&gateway).await, 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_redis_holds_no_request_when_failing_closed() {
+pub async fn a_slow_redis_holds_no_request_when_failing_closed() {
     a_slow_redis_holds_no_request("closed").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_redis_holds_no_request_when_failing_open() {
+pub async fn a_slow_redis_holds_no_request_when_failing_open() {
     a_slow_redis_holds_no_request("open").await;
 }

@@ -1,35 +1,69 @@
-//! Real services for cluster-mode tests: the machine's Redis, or one a test runs itself.
+//! Real services for the tests of the `services` binary: the machine's Redis and
+//! PostgreSQL, or a `redis-server`, a PostgreSQL or a Chromium a test runs itself.
 //!
-//! `scripts/test` sets `SWITCHYARD_REQUIRE_SERVICES=1`, so in CI a missing service fails the
-//! test; a plain `cargo test` elsewhere prints which tests it skipped and why.
+//! The binary's harness ([`Need::missing`]) looks for each before any test starts, and runs
+//! only the tests whose services are there; so the helpers here never skip, and a service
+//! that goes missing mid-run fails the test that wanted it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-fn required() -> bool {
-    std::env::var("SWITCHYARD_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
+use switchyard::store::postgres::testdb::TestDb;
+
+/// A service a test needs beside the gateway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// The shared Redis at 127.0.0.1:6379.
+    Redis,
+    /// The shared PostgreSQL (`SWITCHYARD_TEST_POSTGRES`, default 127.0.0.1:5432).
+    Postgres,
+    /// `redis-server`, to run one of the test's own.
+    RedisServer,
+    /// `initdb` and `pg_ctl`, to run a PostgreSQL of the test's own.
+    PgServer,
+    /// `chromium`, headless.
+    Chromium,
 }
 
-fn skip(test: &str, why: &str) {
-    assert!(
-        !required(),
-        "{test}: {why}, and SWITCHYARD_REQUIRE_SERVICES=1 forbids skipping"
-    );
-    // Straight to stderr, past the test harness's capture: a plain `cargo test` shows it.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
-
-/// Whether the shared Redis answers at 127.0.0.1:6379; says so when it does not.
-pub fn redis_reachable(test: &str) -> bool {
-    let reachable =
-        TcpStream::connect_timeout(&"127.0.0.1:6379".parse().unwrap(), Duration::from_secs(1))
-            .is_ok();
-    if !reachable {
-        skip(test, "Redis is not reachable at 127.0.0.1:6379");
+impl Need {
+    /// Why this service cannot be had here, or `None` when it can.
+    pub fn missing(self) -> Option<String> {
+        match self {
+            Need::Redis => {
+                let redis = "127.0.0.1:6379".parse().unwrap();
+                let reachable = TcpStream::connect_timeout(&redis, Duration::from_secs(1));
+                reachable
+                    .err()
+                    .map(|e| format!("Redis is not reachable at 127.0.0.1:6379 ({e})"))
+            }
+            Need::Postgres => {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(TestDb::usable()).err()
+            }
+            Need::RedisServer => (!runs("redis-server"))
+                .then(|| "redis-server is not installed (apt-get install redis-server)".into()),
+            Need::PgServer => pg_bin_dir()
+                .is_none()
+                .then(|| "initdb is not installed (apt-get install postgresql)".into()),
+            Need::Chromium => (!runs("chromium"))
+                .then(|| "chromium is not installed (apt-get install chromium)".into()),
+        }
     }
-    reachable
+}
+
+/// Whether `program --version` runs and succeeds.
+fn runs(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A `redis-server` of the test's own, on a free port.
@@ -41,19 +75,19 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts one, or returns `None` (having said why) when `redis-server` is missing.
-    pub fn start(test: &str) -> Option<RedisServer> {
+    /// Starts one.
+    pub fn start() -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
-        RedisServer::start_with(test, port, Vec::new())
+        RedisServer::start_with(port, Vec::new())
     }
 
     /// One that takes TLS connections only, on `port`, with `cert` and `key` (PEM files), and
     /// asks for `password`.
-    pub fn start_tls(test: &str, cert: &str, key: &str, password: &str) -> Option<RedisServer> {
+    pub fn start_tls(cert: &str, key: &str, password: &str) -> RedisServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -74,23 +108,19 @@ impl RedisServer {
             password,
         ];
         // The plain port is 0: off.
-        RedisServer::start_with(test, 0, extra.map(str::to_owned).to_vec()).map(|mut server| {
-            server.port = port;
-            server
-        })
+        let mut server = RedisServer::start_with(0, extra.map(str::to_owned).to_vec());
+        server.port = port;
+        server
     }
 
-    fn start_with(test: &str, port: u16, extra: Vec<String>) -> Option<RedisServer> {
+    fn start_with(port: u16, extra: Vec<String>) -> RedisServer {
         let mut server = RedisServer {
             port,
             child: None,
             extra,
         };
-        if !server.spawn() {
-            skip(test, "redis-server is not installed");
-            return None;
-        }
-        Some(server)
+        assert!(server.spawn(), "redis-server runs");
+        server
     }
 
     /// Runs the server and waits for its own word that it accepts connections.
@@ -145,22 +175,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// The headless browser for the dashboard test: `chromium` on the PATH, or `None` (having
-/// said why) where it is missing and skipping is allowed.
-pub fn chromium(test: &str) -> Option<String> {
-    let found = Command::new("chromium")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        skip(test, "chromium is not installed (apt-get install chromium)");
-        return None;
-    }
-    Some("chromium".into())
-}
-
 /// A PostgreSQL server of the test's own, on a free port, in a data directory it removes:
 /// for the tests that stop the store, never the shared one. Built with `initdb` and
 /// `pg_ctl` from the PATH or the Debian packages' directory; as root, they run as the
@@ -172,22 +186,19 @@ pub struct PgServer {
 }
 
 impl PgServer {
-    /// Initialises and starts one, or returns `None` (having said why) without `initdb`.
-    pub fn start(test: &str) -> Option<PgServer> {
-        PgServer::start_with(test, None)
+    /// Initialises and starts one.
+    pub fn start() -> PgServer {
+        PgServer::start_with(None)
     }
 
     /// One that takes connections over TLS only, with `cert` and `key` (PEM), and asks
     /// for `password` (SCRAM) from user `postgres`.
-    pub fn start_tls(test: &str, cert: &str, key: &str, password: &str) -> Option<PgServer> {
-        PgServer::start_with(test, Some((cert, key, password)))
+    pub fn start_tls(cert: &str, key: &str, password: &str) -> PgServer {
+        PgServer::start_with(Some((cert, key, password)))
     }
 
-    fn start_with(test: &str, tls: Option<(&str, &str, &str)>) -> Option<PgServer> {
-        let Some(bin) = pg_bin_dir() else {
-            skip(test, "initdb is not installed (apt-get install postgresql)");
-            return None;
-        };
+    fn start_with(tls: Option<(&str, &str, &str)>) -> PgServer {
+        let bin = pg_bin_dir().expect("initdb is installed");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -257,7 +268,7 @@ impl PgServer {
             .unwrap();
         }
         server.restart();
-        Some(server)
+        server
     }
 
     /// Hands a file to the `postgres` user, when the test runs as root.

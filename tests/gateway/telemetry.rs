@@ -100,11 +100,6 @@ pub fn scripted(primary: &FakeHandle, secondary: &FakeHandle) -> TestGateway {
         ))
 }
 
-/// [`scripted`]'s config text, followed by `extra`.
-pub fn scripted_config(primary: &FakeHandle, secondary: &FakeHandle, extra: &str) -> String {
-    scripted(primary, secondary).with(extra).raw_text()
-}
-
 /// Sends the 100 scripted requests one by one, checking each outcome header as it goes.
 pub async fn run_script(gateway: &Gateway) {
     for i in 0..100 {

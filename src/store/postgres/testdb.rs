@@ -2,10 +2,9 @@
 //! the server `SWITCHYARD_TEST_POSTGRES` names (default `postgres://postgres@127.0.0.1:5432`),
 //! dropped again when the handle goes.
 //!
-//! Where no PostgreSQL answers, [`TestDb::create`] says which test it skips; with
-//! `SWITCHYARD_REQUIRE_SERVICES=1` (as `scripts/test` sets) it fails the test instead.
-
-use std::io::Write;
+//! Whether a server answers is the caller's question to ask first ([`TestDb::usable`]): the
+//! `services` test binary asks it before any test starts and lists the tests it skips, so a
+//! database that cannot be made here is a failure, never a quiet skip.
 
 use tokio_postgres::NoTls;
 
@@ -13,10 +12,6 @@ use tokio_postgres::NoTls;
 pub fn server_url() -> String {
     std::env::var("SWITCHYARD_TEST_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-fn required() -> bool {
-    std::env::var("SWITCHYARD_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
 }
 
 /// A database of a test's own.
@@ -27,14 +22,37 @@ pub struct TestDb {
 }
 
 impl TestDb {
-    /// Creates a fresh database on the test server, or returns `None` (having said which
-    /// test it skips and why) when no server answers.
-    pub async fn create(test: &str) -> Option<TestDb> {
-        TestDb::create_on(&server_url(), test).await
+    /// Whether the test server answers and lets a database be made; why not, if it does not.
+    pub async fn usable() -> Result<(), String> {
+        let db = TestDb::try_create_on(&server_url()).await?;
+        db.drop_now().await;
+        Ok(())
+    }
+
+    /// Creates a fresh database on the test server.
+    ///
+    /// # Panics
+    /// When the server does not answer: ask [`TestDb::usable`] first.
+    pub async fn create() -> TestDb {
+        TestDb::create_on(&server_url()).await
     }
 
     /// Creates a fresh database on the server at `server` (a URL without a database).
-    pub async fn create_on(server: &str, test: &str) -> Option<TestDb> {
+    ///
+    /// # Panics
+    /// When that server does not answer.
+    #[allow(
+        clippy::panic,
+        reason = "a test fixture: a database not made fails the test"
+    )]
+    pub async fn create_on(server: &str) -> TestDb {
+        match TestDb::try_create_on(server).await {
+            Ok(db) => db,
+            Err(why) => panic!("{why}"),
+        }
+    }
+
+    async fn try_create_on(server: &str) -> Result<TestDb, String> {
         let name = format!("switchyard_test_{}", uuid::Uuid::now_v7().simple());
         let created = async {
             let client = connect(&format!("{server}/postgres")).await?;
@@ -44,21 +62,19 @@ impl TestDb {
         }
         .await;
         match created {
-            Ok(()) => Some(TestDb {
+            Ok(()) => Ok(TestDb {
                 server: server.to_owned(),
                 name,
                 dropped: false,
             }),
             Err(error) => {
-                let why = format!("PostgreSQL is not usable at {server}: {error}");
-                assert!(
-                    !required(),
-                    "{test}: {why}, and SWITCHYARD_REQUIRE_SERVICES=1 forbids skipping"
-                );
-                // Straight to stderr, past the test harness's capture: a plain `cargo test`
-                // shows every skip.
-                let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-                None
+                // The driver's message names the step; its cause says what went wrong.
+                let cause = std::error::Error::source(&error)
+                    .map(|cause| format!(" ({cause})"))
+                    .unwrap_or_default();
+                Err(format!(
+                    "PostgreSQL is not usable at {server}: {error}{cause}"
+                ))
             }
         }
     }
