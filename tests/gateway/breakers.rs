@@ -2,8 +2,9 @@
 //! nothing, a cooled-down breaker sends one probe, an all-open route still probes, weights
 //! split traffic, and the operator can see and reset it all.
 //!
-//! Nothing sleeps to wait for an event. The only waits are for a cooldown to pass, and they
-//! last exactly as long as the gateway's own `next_probe_in_ms` says.
+//! Nothing sleeps to wait for an event. The only wait is for a cooldown to pass, the
+//! behaviour under test, and it lasts exactly as long as the gateway's own
+//! `next_probe_in_ms` says.
 
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,11 @@ async fn breaker(gateway: &Gateway, provider: &str) -> Value {
 }
 
 /// Waits out a cooldown: exactly as long as the gateway says the next probe is away.
+///
+/// Time passing is the scenario, and no clock can be moved for it here: the breaker reads
+/// tokio's clock, but the gateway serves each connection on a runtime of its own
+/// (`server::shards`), whose clock `tokio::time::pause` in the test's runtime does not
+/// touch. So the one test that waits keeps its cooldown to a second.
 async fn wait_for_probe_time(gateway: &Gateway, provider: &str) {
     let entry = breaker(gateway, provider).await;
     let wait = entry["next_probe_in_ms"]

@@ -24,27 +24,15 @@ pub struct Spawned {
     config: std::path::PathBuf,
     /// Everything it wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
+    /// Bumped after each line is added to `stderr`, for [`Spawned::said`] to wait on.
+    lines: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
-/// Resolves once `{url}/readyz` answers 200: the store is open and the gateway serves. A
-/// process gives no event to wait on, so this polls.
-async fn wait_ready(url: &str) {
-    let client = client();
-    let url = format!("{url}/readyz");
-    let ready = async {
-        loop {
-            if let Ok(response) = client.get(&url).send().await
-                && response.status() == 200
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), ready)
-        .await
-        .expect("the gateway gets ready");
-}
+/// Long enough for any step of these tests on a loaded machine; only a hang reaches it.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// The line the writer logs once its spill journal is all in the store.
+const REPLAYED: &str = "the spill journal is replayed into the store";
 
 impl Spawned {
     /// Starts the binary on an ephemeral port and waits for its word that it listens.
@@ -101,8 +89,9 @@ impl Spawned {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let seen = Arc::new(Mutex::new(String::new()));
+        let lines = Arc::new(tokio::sync::watch::Sender::new(0));
         let (said, hear) = std::sync::mpsc::channel();
-        let keep = seen.clone();
+        let (keep, count) = (seen.clone(), lines.clone());
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if line.contains("switchyard listening")
@@ -113,6 +102,8 @@ impl Spawned {
                 let mut seen = keep.lock().unwrap();
                 seen.push_str(&line);
                 seen.push('\n');
+                drop(seen);
+                count.send_modify(|n| *n += 1);
             }
         });
         let spawned = Spawned {
@@ -120,13 +111,46 @@ impl Spawned {
             url: String::new(),
             config,
             stderr: seen,
+            lines,
         };
         (spawned, hear)
     }
 
-    /// Resolves once `/readyz` answers 200: the store is open and the gateway serves.
+    /// Asserts that `/readyz` answers 200, with no waiting: [`Spawned::start`] has heard the
+    /// gateway say it listens, which it says only once everything that can stop a start has
+    /// happened, and from then on it is ready while its store and limit backend answer.
     pub async fn ready(&self) {
-        wait_ready(&self.url).await;
+        let asked = client().get(format!("{}/readyz", self.url)).send();
+        let response = tokio::time::timeout(BOUND, asked)
+            .await
+            .expect("/readyz answers in time")
+            .expect("/readyz answers");
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        assert_eq!(
+            status,
+            200,
+            "not ready once it listens: {body}\n{}",
+            self.stderr.lock().unwrap()
+        );
+    }
+
+    /// How much it has written to stderr so far: a place to look for lines from.
+    pub fn stderr_len(&self) -> usize {
+        self.stderr.lock().unwrap().len()
+    }
+
+    /// Resolves once stderr past byte `from` holds `words`; panics with all of stderr if it
+    /// does not within `limit`.
+    pub async fn said(&self, words: &str, from: usize, limit: Duration) {
+        let mut lines = self.lines.subscribe();
+        let heard = lines.wait_for(|_| self.stderr.lock().unwrap()[from..].contains(words));
+        if tokio::time::timeout(limit, heard).await.is_err() {
+            panic!(
+                "the gateway never said \"{words}\"; it said:\n{}",
+                self.stderr.lock().unwrap()
+            );
+        }
     }
 
     /// SIGTERM, then waits for a clean exit.
@@ -254,10 +278,16 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
     };
 
     // The outage: the write lock held by another connection, as a long migration or a
-    // backup tool would. Every write the gateway tries fails with SQLITE_BUSY.
+    // backup tool would. Every write the gateway tries fails with SQLITE_BUSY. Its length is
+    // the scenario, not a wait for an event: a writer that gives up on a batch after a while
+    // fails only if the outage outlasts that while, and memory must stay bounded all along.
+    // The gateway is another process on the wall clock, so no clock can be moved for it.
     let blocker = rusqlite::Connection::open(&db.0).unwrap();
     blocker.execute_batch("BEGIN EXCLUSIVE").unwrap();
     tokio::time::sleep(OUTAGE).await;
+    // Nothing journaled can reach the store before this, so the writer's word that its
+    // journal is replayed can only come after it.
+    let recovered = gateway.stderr_len();
     blocker.execute_batch("COMMIT").unwrap();
     drop(blocker);
     stop.send(true).unwrap();
@@ -277,33 +307,13 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
     sampler.await.unwrap();
     assert_eq!(answered.len(), total, "request ids are unique");
 
-    // Every answered request reaches the store, replayed from the spill journal.
-    let db_ref = &db;
-    let all_logged = async {
-        loop {
-            let logged: BTreeSet<String> = db_ref.logged_ids().into_iter().collect();
-            if answered.is_subset(&logged) {
-                return logged;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let logged = tokio::time::timeout(Duration::from_secs(60), all_logged)
-        .await
-        .unwrap_or_else(|_| {
-            let logged: BTreeSet<String> = db.logged_ids().into_iter().collect();
-            panic!(
-                "{} answered, {} of them never logged",
-                answered.len(),
-                answered.difference(&logged).count()
-            )
-        });
-    let rows = db.logged_ids();
-    assert_eq!(rows.len(), logged.len(), "no request has two rows");
-    assert_eq!(logged, answered, "a row for each answer, and no other");
+    // The writer says when its journal is all in the store, while it still runs.
+    gateway
+        .said(REPLAYED, recovered, Duration::from_secs(60))
+        .await;
     let peak = peak.load(std::sync::atomic::Ordering::SeqCst);
     eprintln!(
-        "outage of {OUTAGE:?}: {} answered and logged, peak RSS {} MiB",
+        "outage of {OUTAGE:?}: {} answered, peak RSS {} MiB",
         answered.len(),
         peak / 1024
     );
@@ -322,7 +332,20 @@ async fn a_store_outage_under_load_loses_no_answered_request_and_memory_stays_bo
     assert!(spilled > 0, "{metrics}");
     assert_eq!(counter("switchyard_log_rows_replayed_total"), spilled);
     assert_eq!(counter("switchyard_log_rows_lost_total"), 0);
+    // A clean exit writes what the queue still holds (the last requests' records): then
+    // every answered request is in the store, with nothing left to wait for.
     gateway.terminate();
+    let rows = db.logged_ids();
+    let logged: BTreeSet<String> = rows.iter().cloned().collect();
+    assert_eq!(rows.len(), logged.len(), "no request has two rows");
+    let missing = answered.difference(&logged).count();
+    assert_eq!(
+        missing,
+        0,
+        "{} answered, {missing} of them never logged",
+        answered.len()
+    );
+    assert_eq!(logged, answered, "a row for each answer, and no other");
 }
 
 /// A gateway on a file store whose log has no journal and a queue of four, with the store's
@@ -461,22 +484,16 @@ fn message_body() -> serde_json::Value {
 async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
     let fake = scripted("up", []).await;
     let db = TempDb::new("stuck-stderr");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let config =
         std::env::temp_dir().join(format!("switchyard-test-{}.toml", uuid::Uuid::now_v7()));
     std::fs::write(
         &config,
         served_from(&db, &fake)
-            .with("[server]\n")
-            .set("listen", format!("127.0.0.1:{port}"))
+            .with("[server]\nlisten = \"127.0.0.1:0\"\n")
+            .set("drain_delay", "0s")
             .raw_text(),
     )
     .unwrap();
-    // A line a request at `info`, to a pipe nobody reads: it fills after a few hundred.
     let mut child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&config)
@@ -485,12 +502,31 @@ async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let _unread = child.stderr.take();
-    let url = format!("http://127.0.0.1:{port}");
-    wait_ready(&url).await;
+    let pid = child.id().to_string();
+    // Read up to the line that says where it listens, then never again: with a line a
+    // request at `info`, the pipe fills after a few hundred.
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let listening = tokio::task::spawn_blocking(move || {
+        let mut stderr = stderr;
+        let mut line = String::new();
+        while stderr.read_line(&mut line).is_ok_and(|read| read > 0) {
+            if line.contains("switchyard listening")
+                && let Some(addr) = line.split("addr=").nth(1)
+            {
+                return Some((addr.trim().to_owned(), stderr));
+            }
+            line.clear();
+        }
+        None
+    });
+    let (addr, unread) = tokio::time::timeout(BOUND, listening)
+        .await
+        .expect("the gateway says where it listens in time")
+        .unwrap()
+        .expect("the gateway says where it listens");
     let client = client();
     let requests = 1_500;
-    let endpoint = format!("{url}/v1/chat/completions");
+    let endpoint = format!("http://{addr}/v1/chat/completions");
     let statuses: Vec<u16> = futures_util::stream::iter(0..requests)
         .map(|_| {
             let (client, endpoint) = (&client, &endpoint);
@@ -505,25 +541,28 @@ async fn a_stuck_stderr_holds_up_neither_requests_nor_the_request_log() {
         .collect()
         .await;
     assert!(statuses.iter().all(|s| *s == 200));
-    let db_ref = &db;
-    let all_logged = async {
-        loop {
-            if db_ref.logged_ids().len() >= requests {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    let logged = tokio::time::timeout(Duration::from_secs(30), all_logged).await;
-    let _ = child.kill();
-    let _ = child.wait();
+    // A clean exit first writes every record the log still holds, so once the process is
+    // gone they are all in the store. A writer held up by stderr never gets there.
+    let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(sent.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait());
+    let exited = tokio::time::timeout(BOUND, exit).await;
+    if exited.is_err() {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    drop(unread);
     let _ = std::fs::remove_file(&config);
-    logged.unwrap_or_else(|_| {
-        panic!(
-            "{} of {requests} rows stored: the writer waits on stderr",
-            db.logged_ids().len()
-        )
-    });
+    let status = exited
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} of {requests} rows stored, and the gateway never exited: the writer waits on stderr",
+                db.logged_ids().len()
+            )
+        })
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(db.logged_ids().len(), requests, "a row for each request");
 }
 
 /// Requests sent at once and answered before the gateway is killed.
@@ -562,23 +601,22 @@ async fn with_fsync_durability_kill_9_loses_no_answered_request() {
     gateway.child.wait().unwrap();
     drop(gateway);
 
-    // The next start replays the journal into the store.
+    // The next start replays the journal into the store. The journal is opened, and said to
+    // be replayed, before the gateway says it listens; a kill that came after the last batch
+    // was stored left it empty, and nothing to replay.
     let again = Spawned::start(&config, QUIET);
     again.ready().await;
-    let db_ref = &db;
-    let all_logged = async {
-        loop {
-            let logged: BTreeSet<String> = db_ref.logged_ids().into_iter().collect();
-            if answered.is_subset(&logged) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    let replayed = tokio::time::timeout(Duration::from_secs(30), all_logged).await;
+    let journaled = again
+        .stderr
+        .lock()
+        .unwrap()
+        .contains("replaying the spill journal");
+    if journaled {
+        again.said(REPLAYED, 0, BOUND).await;
+    }
     let logged: BTreeSet<String> = db.logged_ids().into_iter().collect();
     assert!(
-        replayed.is_ok(),
+        answered.is_subset(&logged),
         "{} answered, {} of them not in the store after a restart",
         answered.len(),
         answered.difference(&logged).count()

@@ -272,16 +272,23 @@ async fn logs_show_the_key_by_name_and_the_user_filter_and_follow() {
     send(keys[0].clone()).await;
     send(keys[1].clone()).await;
 
-    // Rows reach the store off the request path: poll the CLI for a bounded while.
-    let mut table = String::new();
-    for _ in 0..100 {
-        let out = run(&home.0, &["logs", "--config", config_arg, "--user", "ana"]);
-        table = String::from_utf8(out.stdout).unwrap();
-        if table.lines().count() == 2 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    // Rows reach the store off the request path. `logs --follow` prints each row once it is
+    // stored: when it has printed two, both are in.
+    let mut all = Command::new(BIN)
+        .args(["logs", "--config", config_arg, "--follow", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stored = lines_of(all.stdout.take().unwrap());
+    for n in 1..=2 {
+        stored
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("only {} of 2 rows are stored", n - 1));
     }
+    let _ = all.kill();
+    let _ = all.wait();
+    let out = run(&home.0, &["logs", "--config", config_arg, "--user", "ana"]);
+    let table = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
         table.lines().count(),
         2,

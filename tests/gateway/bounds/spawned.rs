@@ -163,13 +163,3 @@ pub fn patient_client(limit: Duration) -> reqwest::Client {
         .build()
         .expect("client builds")
 }
-
-/// Polls `condition` until it holds or `limit` passes; whether it held.
-pub async fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let polling = async {
-        while !condition() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(limit, polling).await.is_ok()
-}
