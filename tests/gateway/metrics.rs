@@ -1,6 +1,7 @@
 //! Observability under hostile clients. `/metrics` labels come only from the config, so
-//! client-chosen model names neither grow the exposition nor forge series (parsed with a real
-//! OpenMetrics parser, not a hand-rolled one); `/metrics`, `/v1/scorecard` and `/dashboard`
+//! client-chosen model names neither grow the exposition nor forge series (read back with a
+//! strict OpenMetrics reader written from the spec's ABNF, which the SDK suite cross-checks
+//! with the reference parser); `/metrics`, `/v1/scorecard` and `/dashboard`
 //! want a token or the admin listener; `switchyard logs` escapes what clients wrote; and a
 //! flood of 401s cannot fill the request log.
 
@@ -8,28 +9,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use openmetrics_parser::openmetrics::parse_openmetrics;
 use switchyard::fake::FakeHandle;
 use switchyard::keys::Secret;
 use switchyard::server::{Gateway, StartOptions};
 
 use super::support::*;
 
+#[path = "../common/openmetrics.rs"]
+mod openmetrics;
+
 /// Every series of an exposition as `(family, labels)`, parsed strictly; panics with the
 /// parser's complaint when the text is not valid OpenMetrics.
 pub fn series(text: &str) -> BTreeSet<(String, BTreeMap<String, String>)> {
-    let exposition = parse_openmetrics(text)
-        .unwrap_or_else(|e| panic!("not valid OpenMetrics ({e:?}):\n{}", tail(text)));
+    let families = openmetrics::parse(text)
+        .unwrap_or_else(|e| panic!("not valid OpenMetrics ({e}):\n{}", tail(text)));
     let mut series = BTreeSet::new();
-    for (name, family) in &exposition.families {
-        for sample in family.iter_samples() {
-            let labels = sample
-                .get_labelset()
-                .expect("a sample's labels match its family's")
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            series.insert((name.clone(), labels));
+    for family in families {
+        for sample in family.samples {
+            series.insert((family.name.clone(), sample.labels));
         }
     }
     series
@@ -125,16 +122,26 @@ async fn ten_thousand_direct_model_names_leave_metrics_small() {
 
 #[tokio::test]
 async fn a_hostile_model_name_cannot_forge_a_series_or_end_the_scrape() {
-    let (_fake, gateway) = one_provider().await;
+    // A route configured with a name that would close its label: it is a label, escaped.
+    let configured = "r\"} 1 forged_total{route=\"r\"} 1e9 # EOF \\\"";
+    let fake = scripted("up", []).await;
+    let gateway = one_route(&fake)
+        .with("[[routes]]\n")
+        .set("name", configured)
+        .with("steps = [{ provider = \"up\", model = \"m\" }]\n")
+        .with(OPEN_DIRECT_NAMES)
+        .start()
+        .await;
     // A name with a line break is refused before it reaches any upstream or label...
     let hostile = "up/x\"} 1\nforged_total{route=\"r\"} 1e9\n# EOF\n\\\"";
     assert_eq!(post(&gateway, &chat(hostile)).await.status(), 400);
-    // ...and one without is served, its quotes and backslashes escaped in any label.
+    // ...and one without is served, and counted as `other`.
     let hostile = "up/x\"} 1 forged_total{route=\"r\"} 1e9 # EOF \\\"";
     let response = post(&gateway, &chat(hostile)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(post(&gateway, &chat("r")).await.status(), 200);
-    gateway.telemetry().wait_for_rows(3).await;
+    assert_eq!(post(&gateway, &chat(configured)).await.status(), 200);
+    gateway.telemetry().wait_for_rows(4).await;
 
     let text = scrape(&gateway).await;
     let series = series(&text);
@@ -148,7 +155,7 @@ async fn a_hostile_model_name_cannot_forge_a_series_or_end_the_scrape() {
         .filter_map(|(_, labels)| labels.get("route").map(String::as_str))
         .collect();
     // `-` is the route of the request refused before it named one.
-    assert_eq!(routes, BTreeSet::from(["-", "other", "r"]));
+    assert_eq!(routes, BTreeSet::from(["-", "other", "r", configured]));
     let models: BTreeSet<&str> = series
         .iter()
         .filter_map(|(_, labels)| labels.get("model").map(String::as_str))

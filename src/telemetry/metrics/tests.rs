@@ -1,18 +1,21 @@
-//! Every label path fed arbitrary strings, and the output read back by a real OpenMetrics
-//! parser: it always parses, and its label values are configured names (escaped and
+//! Every label path fed arbitrary strings, and the output read back by a strict OpenMetrics
+//! reader: it always parses, and its label values are configured names (escaped and
 //! unescaped intact) or the fixed `other` and `-`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openmetrics_parser::openmetrics::parse_openmetrics;
 use proptest::prelude::*;
 
 use super::*;
 use crate::config::{ModelName, ProviderId, RouteName};
 use crate::telemetry::FailureClass;
 use crate::telemetry::{AttemptRecord, Outcome};
+
+// The test suite's reader, shared with `tests/gateway/metrics.rs`.
+#[path = "../../../tests/common/openmetrics.rs"]
+mod openmetrics;
 
 /// What the parser should read back for a configured name: controls other than newline
 /// cannot be written in the format, so they come back as U+FFFD.
@@ -59,19 +62,13 @@ type Series = BTreeSet<(String, BTreeMap<String, String>)>;
 
 /// Every series of an exposition; fails the case when it does not parse.
 fn series(text: &str) -> Result<Series, TestCaseError> {
-    let exposition = parse_openmetrics(text)
-        .map_err(|e| TestCaseError::fail(format!("not valid OpenMetrics: {e:?}\n{text}")))?;
+    let families = openmetrics::parse(text)
+        .map_err(|e| TestCaseError::fail(format!("not valid OpenMetrics: {e}\n{text}")))?;
     let mut series = BTreeSet::new();
-    for (name, family) in &exposition.families {
-        for sample in family.iter_samples() {
-            let labels = sample
-                .get_labelset()
-                .map_err(|e| TestCaseError::fail(format!("{e:?}")))?
-                .iter()
-                .filter(|(k, _)| k.as_str() != "le")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            series.insert((name.clone(), labels));
+    for family in families {
+        for mut sample in family.samples {
+            sample.labels.remove("le");
+            series.insert((family.name.clone(), sample.labels));
         }
     }
     Ok(series)
