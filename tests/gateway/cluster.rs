@@ -161,7 +161,13 @@ pub async fn three_thousand_requests_over_three_instances_are_three_thousand_row
     assert_eq!(log_rows(&db).await, 3000);
 }
 
-/// Sends through `instance` until `done` holds for its answer, for at most `within`.
+/// Sends through `instance` until `done` holds for its answer or `deadline` has passed;
+/// whether it held.
+///
+/// A poll, and the observation itself: the claim is that a change made on one instance is in
+/// effect on another within [`PROPAGATION`], and only a request to that other process shows
+/// it. That process loads the store's change when PostgreSQL's `NOTIFY` reaches it, and says
+/// nothing when it has, so there is no event to wait on before the one request that checks.
 pub(super) async fn until(
     instance: &Spawned,
     key: Option<&str>,

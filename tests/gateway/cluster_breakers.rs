@@ -13,7 +13,7 @@ use serde_json::Value;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use tokio::time::Instant;
 
-use super::bounds::spawned::Spawned;
+use super::logqueue::{QUIET, Spawned};
 use super::services::RedisServer;
 use super::support::*;
 use primary::{Mode, Primary};
@@ -44,7 +44,16 @@ fn unique_prefix(test: &str) -> String {
     format!("sy-test-{test}-{}", uuid::Uuid::now_v7().simple())
 }
 
+/// What a member logs once its breakers are shared through the cluster's Redis.
+const JOINED: &str = "breakers are shared through the cluster's Redis";
+
 /// Polls `check` until it holds or `limit` has passed; whether it held.
+///
+/// A poll, for want of an event: what it looks at is a breaker's state, or whether breakers
+/// are shared, in another gateway (another process, or one in this process that keeps both
+/// under a lock), and neither says when they change. Where the test's claim is a deadline
+/// (within a second), the poll is also the observation: each look is a real read of the
+/// state, and the answer is whether one came true in time.
 async fn within<F, Fut>(limit: Duration, mut check: F) -> bool
 where
     F: FnMut() -> Fut,
@@ -105,15 +114,18 @@ pub async fn three_processes_open_together_send_one_probe_and_close_together() {
     let prefix = unique_prefix("three");
     let rest = member_config(&secondary, "redis://127.0.0.1:6379", &prefix)
         .provider_at("primary", &primary.base_url(), "key_required = false")
-        .raw_text();
-    let members: Vec<Spawned> = (0..3).map(|_| Spawned::start("", &rest, None)).collect();
-    let urls: Vec<String> = members.iter().map(Spawned::url).collect();
-    for url in &urls {
+        .text();
+    let members = Spawned::start_all(&[&rest, &rest, &rest], QUIET, &[]);
+    for member in &members {
+        // Each says so once it has joined; generous, for a loaded machine.
+        member.said(JOINED, 0, Duration::from_secs(10)).await;
         assert!(
-            within(Duration::from_secs(10), || shared(url)).await,
-            "{url} joins the cluster"
+            shared(&member.url).await,
+            "{} joins the cluster",
+            member.url
         );
     }
+    let urls: Vec<String> = members.iter().map(|m| m.url.clone()).collect();
     let (a, others) = (&urls[0], &urls[1..]);
 
     // Three failures through A open the primary's breaker there.
@@ -170,6 +182,7 @@ pub async fn three_processes_open_together_send_one_probe_and_close_together() {
             }));
         }
     }
+    // A poll: the primary counts its calls with nothing to wait on (see `primary.rs`).
     let probed = within(Duration::from_secs(10), || async {
         primary.calls() > calls_at_open
     })
@@ -179,11 +192,10 @@ pub async fn three_processes_open_together_send_one_probe_and_close_together() {
     // fifty more times (each worker reaching the secondary in turn), and the primary still
     // has seen exactly one probe.
     let counted = secondary.calls();
-    let many = within(Duration::from_secs(20), || async {
-        secondary.calls() >= counted + 150
-    })
-    .await;
-    assert!(many, "the hammer goes on while the probe is out");
+    let many = secondary.wait_until(|s| s.calls >= counted + 150);
+    tokio::time::timeout(Duration::from_secs(20), many)
+        .await
+        .expect("the hammer goes on while the probe is out");
     assert_eq!(
         primary.calls(),
         calls_at_open + 1,

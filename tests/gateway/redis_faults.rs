@@ -55,6 +55,11 @@ async fn status(gateway: &Gateway) -> u16 {
 }
 
 /// Polls `/readyz` until it answers `code`, for at most [`PATIENCE`].
+///
+/// A poll, for want of an event: `/readyz` shows what the gateway's background check of its
+/// backends found at its last run, once a second (`server/readiness.rs`), and the limiter
+/// keeps that finding under a lock with nothing to wait on. The poll asks until a check has
+/// run since Redis went away or came back; nothing here depends on how quickly it comes.
 async fn readyz_until(gateway: &Gateway, code: u16) -> Value {
     let poll = async {
         loop {
@@ -70,21 +75,61 @@ async fn readyz_until(gateway: &Gateway, code: u16) -> Value {
         .unwrap_or_else(|_| panic!("/readyz never answered {code}"))
 }
 
-/// Polls with a request until one is admitted, for at most [`PATIENCE`]; its response.
-async fn admitted_within_patience(gateway: &Gateway) -> reqwest::Response {
-    let poll = async {
+/// Resolves once no request holds a concurrency slot in `server`, the test's own Redis; panics
+/// if one is still held after [`PATIENCE`], far within the slots' 30 s leases. A slot goes
+/// back in a task the request's end spawns, which the gateway offers nothing to wait on, but
+/// Redis announces each removal from a sorted set to whoever subscribes (keyspace
+/// notifications, turned on here): the wait is on those.
+async fn slots_freed(server: &RedisServer) {
+    let client = ::redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kz")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub
+        .psubscribe("__keyspace@*__:*:inflight")
+        .await
+        .unwrap();
+    let mut removals = pubsub.into_on_message();
+    // Subscribed before the first look: a removal after it is always heard.
+    let freed = async {
         loop {
-            let response = post(gateway, &chat("smart")).await;
-            if response.status() == 200 {
-                return response;
+            let sets: Vec<String> = ::redis::cmd("KEYS")
+                .arg("*:inflight")
+                .query_async(&mut connection)
+                .await
+                .unwrap();
+            let mut held = 0;
+            for set in &sets {
+                let count: u64 = ::redis::cmd("ZCARD")
+                    .arg(set)
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                held += count;
             }
-            assert_eq!(response.status(), 429, "only the slot should be in the way");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if held == 0 {
+                return;
+            }
+            removals.next().await.expect("the subscription stays open");
         }
     };
-    tokio::time::timeout(PATIENCE, poll)
+    tokio::time::timeout(PATIENCE, freed)
         .await
-        .expect("the slot is free again well before its lease runs out")
+        .expect("every slot is free again well before its lease runs out");
+}
+
+/// Once every slot in `server` is free, one request, which must be admitted; its response.
+async fn admitted_once_freed(gateway: &Gateway, server: &RedisServer) -> reqwest::Response {
+    slots_freed(server).await;
+    let response = post(gateway, &chat("smart")).await;
+    assert_eq!(response.status(), 200, "admitted once the slot is free");
+    response
 }
 
 /// Redis's own clock, in minutes: a fixed window's boundary is where this changes.
@@ -133,7 +178,8 @@ pub async fn readiness_notices_redis_going_away_without_any_request() {
         .await;
     readyz_until(&gateway, 200).await;
     server.stop();
-    // Failing open keeps serving, so the instance stays in rotation, marked degraded.
+    // Failing open keeps serving, so the instance stays in rotation, marked degraded. A
+    // poll, as in [`readyz_until`]: the once-a-second check offers nothing to wait on.
     let poll = async {
         loop {
             let (code, body) = readiness(&gateway).await;
@@ -194,7 +240,7 @@ pub async fn a_lost_reply_holds_no_slot_and_counts_once() {
         "the retry finds the admission the script already made"
     );
 
-    let next = admitted_within_patience(&gateway).await;
+    let next = admitted_once_freed(&gateway, &server).await;
     if redis_minute(&server).await == minute {
         // Three admissions, each counted once.
         assert_eq!(header(&next, "x-ratelimit-remaining-requests"), "17");
@@ -218,7 +264,7 @@ pub async fn a_slot_is_released_over_a_new_connection_after_a_cut() {
     proxy.cut();
     drop(body);
     record(&gateway, &id).await;
-    admitted_within_patience(&gateway).await;
+    admitted_once_freed(&gateway, &server).await;
 }
 
 pub async fn a_slot_outlives_its_lease_while_its_stream_lives() {
@@ -291,6 +337,8 @@ pub async fn the_health_check_ends_with_the_gateway() {
         .await
         .expect("the gateway stops")
         .unwrap();
+    // A poll, for want of an event: the gateway's socket closes as its last handle goes,
+    // and Redis drops the client when its own loop reads that close; neither says so.
     let gone = async {
         while clients().await > 1 {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -333,6 +381,8 @@ pub async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers()
     // Redis stops answering; the three streams end meanwhile, and their releases fail.
     proxy.freeze(true);
     drop(streams);
+    // A poll, for want of an event: each release gives up at the limiter's 500 ms timeout
+    // and is kept in a list behind a counter that nothing waits on.
     let pending = async {
         loop {
             let (_, body) = readiness(&gateway).await;
