@@ -10,6 +10,7 @@ use switchyard::limits::RedisLimiter;
 use switchyard::server::Gateway;
 
 use super::budgets::{ask, burst, config, five_word_fake, settled_dollars};
+use super::services::redis_seconds;
 use super::support::*;
 
 fn prefix() -> String {
@@ -26,12 +27,9 @@ fn on_redis(config: TestGateway, prefix: &str) -> TestGateway {
 
 /// What Redis holds of the anonymous caller's spend today, in micro-dollars.
 async fn spent_today(prefix: &str) -> u64 {
+    let seconds = redis_seconds("redis://127.0.0.1:6379").await;
     let client = ::redis::Client::open("redis://127.0.0.1:6379").unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
     let key = format!("{prefix}:{{user:anonymous}}:spend:day:{}", seconds / 86_400);
     let spent: Option<u64> = ::redis::cmd("GET")
         .arg(key)

@@ -5,7 +5,7 @@ use switchyard::fake::FakeHandle;
 use switchyard::server::Gateway;
 
 use super::limits::{burst, send};
-use super::services::RedisServer;
+use super::services::{RedisServer, redis_seconds};
 use super::support::*;
 
 fn redis_config(
@@ -45,13 +45,7 @@ fn prefix() -> String {
 
 /// Redis's own clock, in minutes: a fixed window's boundary is where this changes.
 async fn redis_minute() -> u64 {
-    let client = ::redis::Client::open("redis://127.0.0.1:6379").unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    seconds / 60
+    redis_seconds("redis://127.0.0.1:6379").await / 60
 }
 
 pub async fn three_instances_admit_exactly_20_of_25_fifty_times() {

@@ -12,7 +12,7 @@ use serde_json::Value;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::server::Gateway;
 
-use super::services::RedisServer;
+use super::services::{RedisServer, redis_seconds};
 use super::support::*;
 use proxy::Proxy;
 
@@ -134,13 +134,7 @@ async fn admitted_once_freed(gateway: &Gateway, server: &RedisServer) -> reqwest
 
 /// Redis's own clock, in minutes: a fixed window's boundary is where this changes.
 async fn redis_minute(server: &RedisServer) -> u64 {
-    let client = ::redis::Client::open(format!("redis://127.0.0.1:{}", server.port)).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    seconds / 60
+    redis_seconds(&format!("redis://127.0.0.1:{}", server.port)).await / 60
 }
 
 pub async fn readiness_comes_back_with_redis_without_any_request() {

@@ -12,6 +12,18 @@ use std::time::Duration;
 
 use switchyard::store::postgres::testdb::TestDb;
 
+/// Redis's own clock at `url`, in seconds since the epoch: the limits' fixed windows and
+/// the budgets' days follow it, not the test's clock.
+pub async fn redis_seconds(url: &str) -> u64 {
+    let client = ::redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let (seconds, _): (u64, u64) = ::redis::cmd("TIME")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    seconds
+}
+
 /// A service a test needs beside the gateway.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Need {
