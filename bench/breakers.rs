@@ -10,8 +10,12 @@
 // Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "percentile.rs"]
+mod percentile;
+
 use std::time::{Duration, Instant};
 
+use percentile::percentile;
 use switchyard::config::Config;
 use switchyard::fake::{Behavior, FakeUpstream};
 use switchyard::router::Health;
@@ -45,11 +49,6 @@ fn watch(first: &Health, second: &Health) -> Option<(Instant, Instant)> {
         }
         std::thread::sleep(Duration::from_micros(20));
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 fn main() {

@@ -11,9 +11,13 @@
 // Tests and benches stop at the first surprise: unwrap, expect and panic are how they say so.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "percentile.rs"]
+mod percentile;
+
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use percentile::percentile;
 use switchyard::config::Config;
 use switchyard::fake::{Behavior, FakeHandle, FakeUpstream};
 use switchyard::server::Gateway;
@@ -38,11 +42,6 @@ async fn slow_tailed(name: &str, offset: usize) -> FakeHandle {
         fake = fake.then(Behavior::ok().delay_ms(delay));
     }
     fake.start().await.expect("a fake starts")
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 struct Figures {
