@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use switchyard::auth::usd;
 use switchyard::config::{Config, ConfigError, LogFormat};
 use switchyard::fake::{FakeUpstream, Script};
+use tracing_appender::non_blocking::WorkerGuard;
 
 mod readiness_probe;
 
@@ -604,9 +605,11 @@ fn parse_script(text: &str) -> anyhow::Result<Script> {
     serde_json::from_str(&json).context("invalid --script")
 }
 
-/// Log lines go to stderr from a thread of their own (see [`console`]), so a slow or stuck
-/// stderr never holds up the request log's writer or a runtime thread.
-fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
+/// Log lines go to stderr from a thread of their own (tracing-appender's non-blocking
+/// writer, see [`console`]), so a slow or stuck stderr never holds up the request log's
+/// writer or a runtime thread. The guard, dropped at exit, waits about a second for the
+/// queued lines to be written.
+fn init_tracing(format: LogFormat, access_log: bool) -> WorkerGuard {
     let mut filter = tracing_subscriber::EnvFilter::try_from_env("SWITCHYARD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     if !access_log {
@@ -615,7 +618,7 @@ fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
             filter = filter.add_directive(off);
         }
     }
-    let (lines, flush) = console::spawn();
+    let (lines, guard) = console::spawn();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
@@ -627,141 +630,28 @@ fn init_tracing(format: LogFormat, access_log: bool) -> console::Flush {
             .event_format(switchyard::telemetry::access_line::AccessLine::new())
             .init(),
     }
-    flush
+    guard
 }
 
-/// A non-blocking stderr for log lines: each line is queued to a writer thread that writes
-/// through a buffer and flushes whenever the queue runs dry, gathering lines for 10 ms at a
-/// time while they keep coming. A full queue (stderr stuck, say a pipe nobody reads) drops
-/// lines rather than block the thread that logs.
+/// stderr for log lines, through tracing-appender's writer thread: lines are queued in
+/// order, a full queue (stderr stuck, say a pipe nobody reads) drops new ones rather than
+/// block the thread that logs, and the thread writes through a buffer it flushes whenever
+/// the queue runs dry.
 mod console {
-    use std::io::{BufWriter, Write};
-    use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, TrySendError, sync_channel};
-    use std::time::Duration;
+    use std::io::BufWriter;
 
-    use tracing_subscriber::fmt::MakeWriter;
+    use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 
     /// Lines queued for the writer thread before new ones are dropped.
     const QUEUED_LINES: usize = 16_384;
-    /// How long exit waits for the queued lines to reach stderr.
-    const FLUSH_WAIT: Duration = Duration::from_secs(1);
-    /// How long a busy gateway's lines gather before they are written: the most a line
-    /// waits, and far less than a person or a log shipper notices.
-    const GATHER: Duration = Duration::from_millis(10);
-
-    enum Message {
-        Line(Vec<u8>),
-        /// Everything before it is written and flushed: answer on the channel.
-        Flush(SyncSender<()>),
-    }
-
-    /// The subscriber's writer: hands each formatted line to the thread.
-    pub struct Lines(SyncSender<Message>);
-
-    /// One line being formatted.
-    pub struct Line<'a> {
-        bytes: Vec<u8>,
-        queue: &'a SyncSender<Message>,
-    }
-
-    impl Write for Line<'_> {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.bytes.extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Drop for Line<'_> {
-        fn drop(&mut self) {
-            if !self.bytes.is_empty() {
-                let bytes = std::mem::take(&mut self.bytes);
-                // Full or gone: the line is dropped rather than block whoever logged it.
-                let _ = self.queue.try_send(Message::Line(bytes));
-            }
-        }
-    }
-
-    impl<'a> MakeWriter<'a> for Lines {
-        type Writer = Line<'a>;
-
-        fn make_writer(&'a self) -> Line<'a> {
-            Line {
-                bytes: Vec::new(),
-                queue: &self.0,
-            }
-        }
-    }
-
-    /// Flushes the queued lines when dropped, waiting at most [`FLUSH_WAIT`].
-    pub struct Flush(SyncSender<Message>);
-
-    impl Drop for Flush {
-        fn drop(&mut self) {
-            let deadline = std::time::Instant::now() + FLUSH_WAIT;
-            let (done, flushed) = sync_channel(1);
-            let mut message = Message::Flush(done);
-            // A full queue means stderr is slow or stuck: wait for room, but not forever.
-            loop {
-                match self.0.try_send(message) {
-                    Ok(()) => break,
-                    Err(TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
-                        message = back;
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    Err(_) => return,
-                }
-            }
-            let wait = deadline.saturating_duration_since(std::time::Instant::now());
-            let _ = flushed.recv_timeout(wait);
-        }
-    }
 
     /// Starts the writer thread.
-    pub fn spawn() -> (Lines, Flush) {
-        let (queue, lines) = sync_channel(QUEUED_LINES);
-        std::thread::Builder::new()
-            .name("switchyard-log".into())
-            .spawn(move || write_lines(lines))
-            .map(|_| ())
-            .unwrap_or_else(|e| eprintln!("error: cannot start the log writer thread: {e}"));
-        (Lines(queue.clone()), Flush(queue))
-    }
-
-    fn write_lines(lines: Receiver<Message>) {
-        let mut out = BufWriter::with_capacity(64 * 1024, std::io::stderr());
-        while let Ok(message) = lines.recv() {
-            let mut next = Some(message);
-            loop {
-                while let Some(message) = next {
-                    match message {
-                        Message::Line(bytes) => {
-                            let _ = out.write_all(&bytes);
-                        }
-                        Message::Flush(done) => {
-                            let _ = out.flush();
-                            let _ = done.send(());
-                        }
-                    }
-                    next = lines.try_recv().ok();
-                }
-                // The queue ran dry: what was written reaches stderr now, not at the next line.
-                let _ = out.flush();
-                // While requests keep coming, gather their lines for a moment rather than
-                // block: a thread blocked in `recv` is woken once a line (a futex call on the
-                // request's worker and a switch to this thread), one that sleeps once a
-                // tick. A tick without lines means the gateway is idle: block again.
-                std::thread::sleep(GATHER);
-                match lines.try_recv() {
-                    Ok(message) => next = Some(message),
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return,
-                }
-            }
-        }
+    pub fn spawn() -> (NonBlocking, WorkerGuard) {
+        NonBlockingBuilder::default()
+            .lossy(true)
+            .buffered_lines_limit(QUEUED_LINES)
+            .thread_name("switchyard-log")
+            .finish(BufWriter::with_capacity(64 * 1024, std::io::stderr()))
     }
 }
 
