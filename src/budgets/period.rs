@@ -89,13 +89,19 @@ pub fn iso8601(ms: u64) -> String {
 }
 
 /// The (year, month, day) of a day since the epoch, for the unsigned days budgets count in.
+/// Days past chrono's range (some five million years from now) read as its last day.
 fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let (year, month, day) = calendar::civil_from_days(days as i64);
+    let days = i64::try_from(days).unwrap_or(i64::MAX);
+    let (year, month, day) = calendar::civil_from_days(days)
+        .or_else(|| calendar::civil_from_days(i64::from(chrono::NaiveDate::MAX.to_epoch_days())))
+        .unwrap_or((1970, 1, 1));
     (year as u64, month as u64, day as u64)
 }
 
+/// The day since the epoch of a date budgets count in (a real one: the 1st of a month).
 fn days_from_civil(year: u64, month: u64, day: u64) -> u64 {
-    calendar::days_from_civil(year as i64, month as i64, day as i64) as u64
+    let day = calendar::days_from_civil(year as i64, month as i64, day as i64);
+    day.map_or(u64::MAX / DAY_MS, |day| day as u64)
 }
 
 #[cfg(test)]

@@ -262,7 +262,10 @@ fn unprintable(c: char) -> bool {
 pub fn utc(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let of_day = ms.rem_euclid(86_400_000);
-    let (year, month, day) = crate::calendar::civil_from_days(days);
+    let Some((year, month, day)) = crate::calendar::civil_from_days(days) else {
+        // Hundreds of thousands of years away: no calendar to write it in.
+        return format!("{ms} ms since 1970");
+    };
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03}",
         of_day / 3_600_000,

@@ -46,8 +46,10 @@ impl Spent {
 pub async fn report(_: Admin, State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let now = now_ms();
     let today_start = now.div_euclid(DAY_MS) * DAY_MS;
-    let (year, month, _) = civil_from_days(now.div_euclid(DAY_MS));
-    let month_start = days_from_civil(year, month, 1) * DAY_MS;
+    // The clock's day always has a date; without one, the month is counted from today.
+    let month_start = civil_from_days(now.div_euclid(DAY_MS))
+        .and_then(|(year, month, _)| days_from_civil(year, month, 1))
+        .map_or(today_start, |day| day * DAY_MS);
 
     let mut by_key: BTreeMap<String, Spent> = BTreeMap::new();
     let mut by_user: BTreeMap<String, Spent> = BTreeMap::new();

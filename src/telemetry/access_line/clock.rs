@@ -36,7 +36,7 @@ impl FormatTime for UtcMicros {
 fn rfc3339_micros(seconds: u64, micros: u32) -> Option<[u8; 27]> {
     let days = i64::try_from(seconds / 86_400).ok()?;
     let of_day = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = civil_from_days(days)?;
     if !(0..=9999).contains(&year) || micros >= 1_000_000 {
         return None;
     }
