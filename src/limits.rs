@@ -8,10 +8,11 @@ mod memory;
 mod redis;
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use foldhash::HashMap;
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::auth::Caller;
@@ -237,21 +238,34 @@ enum Backend {
     },
 }
 
-/// What the last look at the backend found, by a health check or an admission.
-#[derive(Default)]
+/// What the last look at the backend found, by a health check or an admission. A watch, so
+/// whoever cares (a test, say) can wait for the next change instead of asking again.
 struct BackendHealth {
     /// Why it is unhealthy; `None` while it answers.
-    problem: Mutex<Option<&'static str>>,
+    problem: watch::Sender<Option<&'static str>>,
+}
+
+impl Default for BackendHealth {
+    fn default() -> BackendHealth {
+        BackendHealth {
+            problem: watch::Sender::new(None),
+        }
+    }
 }
 
 impl BackendHealth {
+    /// Called on every Redis admission: one brief write lock, as the plain lock it replaced
+    /// took, with no allocation; waiters are woken only when the finding changes.
     fn set(&self, problem: Option<&'static str>) {
-        // A poisoned lock only means a panic while storing a plain value; keep using it.
-        *self.problem.lock().unwrap_or_else(|e| e.into_inner()) = problem;
+        self.problem.send_if_modified(|current| {
+            let changed = *current != problem;
+            *current = problem;
+            changed
+        });
     }
 
     fn problem(&self) -> Option<&'static str> {
-        *self.problem.lock().unwrap_or_else(|e| e.into_inner())
+        *self.problem.borrow()
     }
 }
 
@@ -384,6 +398,11 @@ impl Limits {
     /// Whether the backend answered the last time it was asked.
     pub fn healthy(&self) -> bool {
         self.health.problem().is_none()
+    }
+
+    /// The backend's health as it changes: `None` while it answers, else why not.
+    pub fn health_changes(&self) -> watch::Receiver<Option<&'static str>> {
+        self.health.problem.subscribe()
     }
 
     /// Concurrency slots whose release failed while the backend was away, kept to be sent

@@ -252,6 +252,14 @@ impl Gateway {
         let _ = open.wait_for(ready).await;
     }
 
+    /// Resolves once the limit backend's health satisfies `ready`: `None` while it answers,
+    /// else why not, as `/readyz` shows it. Admissions and the once-a-second check both set it.
+    pub async fn wait_limits(&self, ready: impl FnMut(&Option<&'static str>) -> bool) {
+        let mut health = self.state.limits().health_changes();
+        // The sender is shared by every reload's limits, which the state we hold keeps.
+        let _ = health.wait_for(ready).await;
+    }
+
     /// The response cache, to wait on its coalesced misses.
     pub fn cache(&self) -> &crate::cache::Cache {
         &self.state.cache

@@ -54,25 +54,19 @@ async fn status(gateway: &Gateway) -> u16 {
     post(gateway, &chat("smart")).await.status().as_u16()
 }
 
-/// Polls `/readyz` until it answers `code`, for at most [`PATIENCE`].
+/// Waits, for at most [`PATIENCE`], until the limiter's last look at Redis (an admission's or
+/// the once-a-second check's) found it `healthy` or not, then reads `/readyz` once.
 ///
-/// A poll, for want of an event: `/readyz` shows what the gateway's background check of its
-/// backends found at its last run, once a second (`server/readiness.rs`), and the limiter
-/// keeps that finding under a lock with nothing to wait on. The poll asks until a check has
-/// run since Redis went away or came back; nothing here depends on how quickly it comes.
-async fn readyz_until(gateway: &Gateway, code: u16) -> Value {
-    let poll = async {
-        loop {
-            let (status, body) = readiness(gateway).await;
-            if status == code {
-                return body;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(PATIENCE, poll)
-        .await
-        .unwrap_or_else(|_| panic!("/readyz never answered {code}"))
+/// One read is enough: past the limiter, `/readyz` follows the store (in memory here, always
+/// answering), the request log (never full here) and shutdown (not begun), none of which
+/// these tests move, and each test's Redis stays as it left it until the next step.
+async fn readyz_once_limits(gateway: &Gateway, healthy: bool) -> (u16, Value) {
+    let found = gateway.wait_limits(|problem| problem.is_none() == healthy);
+    if tokio::time::timeout(PATIENCE, found).await.is_err() {
+        let (code, body) = readiness(gateway).await;
+        panic!("the limiter never found Redis healthy = {healthy}; /readyz: {code} {body}");
+    }
+    readiness(gateway).await
 }
 
 /// Resolves once no request holds a concurrency slot in `server`, the test's own Redis; panics
@@ -144,20 +138,23 @@ pub async fn readiness_comes_back_with_redis_without_any_request() {
     let gateway = config(&fake, &url, "closed", "requests_per_minute = 20", "")
         .start()
         .await;
-    let ready = readyz_until(&gateway, 200).await;
+    let (code, ready) = readyz_once_limits(&gateway, true).await;
+    assert_eq!(code, 200, "{ready}");
     assert_eq!(ready["status"], "ready", "{ready}");
     assert_eq!(ready["store"]["healthy"], true, "{ready}");
 
     server.stop();
     // One refused request, as a load balancer's last one before it pulls the instance.
     assert_eq!(status(&gateway).await, 503);
-    let down = readyz_until(&gateway, 503).await;
+    let (code, down) = readyz_once_limits(&gateway, false).await;
+    assert_eq!(code, 503, "{down}");
     assert_eq!(down["limits"]["healthy"], false, "{down}");
     assert!(down["limits"]["error"].is_string(), "{down}");
 
     server.restart();
     // No request is admitted in between: the gateway's own check must notice.
-    let up = readyz_until(&gateway, 200).await;
+    let (code, up) = readyz_once_limits(&gateway, true).await;
+    assert_eq!(code, 200, "{up}");
     assert_eq!(up["status"], "ready", "{up}");
     assert_eq!(up["limits"]["healthy"], true, "{up}");
     assert_eq!(fake.calls(), 0);
@@ -170,23 +167,13 @@ pub async fn readiness_notices_redis_going_away_without_any_request() {
     let gateway = config(&fake, &url, "open", "requests_per_minute = 20", "")
         .start()
         .await;
-    readyz_until(&gateway, 200).await;
+    let (code, ready) = readyz_once_limits(&gateway, true).await;
+    assert_eq!((code, ready["status"].as_str()), (200, Some("ready")));
     server.stop();
-    // Failing open keeps serving, so the instance stays in rotation, marked degraded. A
-    // poll, as in [`readyz_until`]: the once-a-second check offers nothing to wait on.
-    let poll = async {
-        loop {
-            let (code, body) = readiness(&gateway).await;
-            if body["limits"]["healthy"] == false {
-                return (code, body);
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    let (code, body) = tokio::time::timeout(PATIENCE, poll)
-        .await
-        .expect("the check notices");
+    // Failing open keeps serving, so the instance stays in rotation, marked degraded.
+    let (code, body) = readyz_once_limits(&gateway, false).await;
     assert_eq!((code, body["status"].as_str()), (200, Some("degraded")));
+    assert_eq!(body["limits"]["healthy"], false, "{body}");
 }
 
 /// One request, a cut, then 24 more, all in one sliding minute with a limit of 20.
@@ -312,7 +299,8 @@ pub async fn the_health_check_ends_with_the_gateway() {
     let gateway = config(&fake, &url, "closed", "max_concurrent = 1", "")
         .start()
         .await;
-    readyz_until(&gateway, 200).await;
+    let (code, ready) = readyz_once_limits(&gateway, true).await;
+    assert_eq!(code, 200, "{ready}");
     let client = ::redis::Client::open(url).unwrap();
     let mut connection = client.get_multiplexed_async_connection().await.unwrap();
     let mut clients = async || {
@@ -443,13 +431,19 @@ async fn a_slow_redis_holds_no_request(fail: &str) {
             "a request waited {took:?} on a slow Redis"
         );
     }
-    let body = readyz_until(&gateway, if fail == "open" { 200 } else { 503 }).await;
+    let (code, body) = readyz_once_limits(&gateway, false).await;
+    assert_eq!(code, if fail == "open" { 200 } else { 503 }, "{body}");
     assert_eq!(body["limits"]["healthy"], false, "{body}");
     assert_eq!(body["limits"]["error"], "no answer in time", "{body}");
 
     proxy.delay(Duration::ZERO);
     proxy.cut();
-    readyz_until(&gateway, 200).await;
+    let (code, body) = readyz_once_limits(&gateway, true).await;
+    assert_eq!(
+        (code, body["status"].as_str()),
+        (200, Some("ready")),
+        "{body}"
+    );
     assert_eq!(status(&gateway).await, 200);
 }
 
