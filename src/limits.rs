@@ -414,6 +414,15 @@ impl Limits {
         }
     }
 
+    /// [`Limits::pending_releases`] as it changes. In memory nothing is ever kept: the
+    /// channel is closed at 0.
+    pub fn pending_release_changes(&self) -> watch::Receiver<usize> {
+        match &self.backend {
+            Backend::Memory(_) => watch::channel(0).1,
+            Backend::Redis { shared, .. } => shared.pending_release_changes(),
+        }
+    }
+
     /// Why the backend is unhealthy, in words safe to show anyone.
     pub fn problem(&self) -> Option<&'static str> {
         self.health.problem()

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{RedisError, RedisResult, Script};
+use tokio::sync::watch;
 use tokio::task::AbortHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -34,17 +35,39 @@ const MAX_PENDING_RELEASES: usize = 100_000;
 
 /// Releases that failed while Redis was away, kept to be sent again once it answers: a
 /// release is idempotent (it removes the request's own slot), so sending one twice is safe.
-#[derive(Default)]
 struct PendingReleases {
     slots: Mutex<Vec<(Arc<str>, Arc<str>)>>,
     /// How many are kept, read without the lock on every admission.
     count: AtomicUsize,
+    /// The same count, for whoever waits on a change to it (a test, say). Set only where
+    /// the list changes, after a failed release or during a replay, never on an admission.
+    changes: watch::Sender<usize>,
+}
+
+impl Default for PendingReleases {
+    fn default() -> PendingReleases {
+        PendingReleases {
+            slots: Mutex::default(),
+            count: AtomicUsize::new(0),
+            changes: watch::Sender::new(0),
+        }
+    }
 }
 
 impl PendingReleases {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Arc<str>, Arc<str>)>> {
         // A poisoned lock only means a panic between two pushes; the list is still whole.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the count under the list's lock, so the watch sees the counts in their order.
+    fn counted(&self, count: usize) {
+        self.count.store(count, Ordering::Relaxed);
+        self.changes.send_if_modified(|shown| {
+            let changed = *shown != count;
+            *shown = count;
+            changed
+        });
     }
 
     fn keep(&self, slots: impl IntoIterator<Item = (Arc<str>, Arc<str>)>) {
@@ -55,12 +78,13 @@ impl PendingReleases {
             }
             kept.push(slot);
         }
-        self.count.store(kept.len(), Ordering::Relaxed);
+        self.counted(kept.len());
     }
 
+    /// Empties the list for a replay: the count shows 0 until a failed replay keeps them again.
     fn take(&self) -> Vec<(Arc<str>, Arc<str>)> {
         let mut kept = self.lock();
-        self.count.store(0, Ordering::Relaxed);
+        self.counted(0);
         std::mem::take(&mut *kept)
     }
 }
@@ -188,6 +212,11 @@ impl RedisLimiter {
     /// Releases kept because they failed while Redis was away, not yet sent again.
     pub fn pending_releases(&self) -> usize {
         self.pending.count.load(Ordering::Relaxed)
+    }
+
+    /// [`RedisLimiter::pending_releases`] as it changes.
+    pub fn pending_release_changes(&self) -> watch::Receiver<usize> {
+        self.pending.changes.subscribe()
     }
 
     /// Sends the kept releases again, in one round trip; those that fail again are kept.

@@ -260,6 +260,17 @@ impl Gateway {
         let _ = health.wait_for(ready).await;
     }
 
+    /// Resolves once the count of concurrency-slot releases kept for replay (see
+    /// [`crate::limits::Limits::pending_releases`]) satisfies `ready`. Limits in memory keep
+    /// none, so there it resolves only if `ready(&0)`, and otherwise never.
+    pub async fn wait_pending_releases(&self, ready: impl FnMut(&usize) -> bool) {
+        let mut pending = self.state.limits().pending_release_changes();
+        if pending.wait_for(ready).await.is_err() {
+            // Closed: the count can no longer change, and it did not satisfy `ready`.
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// The response cache, to wait on its coalesced misses.
     pub fn cache(&self) -> &crate::cache::Cache {
         &self.state.cache

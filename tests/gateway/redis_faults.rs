@@ -363,20 +363,13 @@ pub async fn releases_missed_while_redis_was_away_are_replayed_when_it_answers()
     // Redis stops answering; the three streams end meanwhile, and their releases fail.
     proxy.freeze(true);
     drop(streams);
-    // A poll, for want of an event: each release gives up at the limiter's 500 ms timeout
-    // and is kept in a list behind a counter that nothing waits on.
-    let pending = async {
-        loop {
-            let (_, body) = readiness(&gateway).await;
-            if body["limits"]["pending_releases"] == 3 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(PATIENCE, pending)
+    // Each release gives up at the limiter's 500 ms timeout and is kept for replay.
+    let kept = gateway.wait_pending_releases(|pending| *pending == 3);
+    tokio::time::timeout(PATIENCE, kept)
         .await
         .expect("the three failed releases are kept");
+    let (_, body) = readiness(&gateway).await;
+    assert_eq!(body["limits"]["pending_releases"], 3, "{body}");
 
     // Redis answers again: the very next request is admitted, far within the 30 s lease.
     proxy.freeze(false);
