@@ -67,7 +67,12 @@ pub async fn watch_store(state: Weak<Shared>, mut seen: i64) {
         }
         if generation != seen {
             match state.reload(generation).await {
-                Ok(()) => seen = generation,
+                Ok(()) => {
+                    seen = generation;
+                    // Said once the change is in effect here: an operator (or a test) can
+                    // tell when a change made elsewhere reached this instance.
+                    tracing::info!(generation, "loaded the store's changes");
+                }
                 Err(e) => tracing::warn!(error = %e, "cannot reload keys from the store"),
             }
         }
