@@ -216,7 +216,7 @@ pub async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within
     let deadline = Instant::now() + PROPAGATION;
     loaded(&gateways, generation(&db).await, deadline).await;
     for gateway in &gateways {
-        assert_eq!(send(gateway, None).await.status(), 200);
+        assert_eq!(send(gateway, None).await.status(), 200, "{}", gateway.url);
         // Requests go one at a time, so the fake's last request is the one just sent.
         assert_eq!(last_key(&fake), "Bearer sk-old-0000", "{}", gateway.url);
     }
@@ -224,7 +224,7 @@ pub async fn a_provider_key_rotated_on_one_instance_is_sent_by_the_others_within
     let deadline = Instant::now() + PROPAGATION;
     loaded(&gateways[1..], generation(&db).await, deadline).await;
     for gateway in &gateways[1..] {
-        assert_eq!(send(gateway, None).await.status(), 200);
+        assert_eq!(send(gateway, None).await.status(), 200, "{}", gateway.url);
         assert_eq!(
             last_key(&fake),
             "Bearer sk-new-1111",
