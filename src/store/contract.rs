@@ -84,7 +84,8 @@ fn virtual_key(id: &str, secret: &str) -> VirtualKey {
     }
 }
 
-fn provider_key(key_id: &str, secret: &[u8]) -> NewProviderKey {
+/// A provider key `key_id` of provider `openai`, sealed as `secret` (not a real sealing).
+pub(crate) fn provider_key(key_id: &str, secret: &[u8]) -> NewProviderKey {
     NewProviderKey {
         provider: "openai".into(),
         key_id: key_id.into(),

@@ -12,22 +12,8 @@
 use std::time::Duration;
 
 use super::testdb::TestDb;
-use super::{PgStore, migrate};
-use crate::store::NewProviderKey;
-use crate::store::Sealed;
-
-fn key(secret: &[u8]) -> NewProviderKey {
-    NewProviderKey {
-        provider: "openai".into(),
-        key_id: "main".into(),
-        sealed: Sealed {
-            nonce: vec![0; 12],
-            ciphertext: secret.to_vec(),
-        },
-        weight: 1,
-        expires_ms: None,
-    }
-}
+use super::{Listener, PgStore, migrate};
+use crate::store::contract::provider_key;
 
 /// Needs a multi-threaded runtime: the instances race.
 pub async fn instances_opening_an_empty_database_at_once_migrate_it_once() {
@@ -66,7 +52,7 @@ pub async fn rotations_on_two_instances_at_once_get_distinct_versions() {
     let puts: Vec<_> = (0..10)
         .map(|i| {
             let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-            tokio::spawn(async move { store.put_provider_key(key(&[i])).await })
+            tokio::spawn(async move { store.put_provider_key(provider_key("main", &[i])).await })
         })
         .collect();
     let mut versions = Vec::new();
@@ -79,9 +65,8 @@ pub async fn rotations_on_two_instances_at_once_get_distinct_versions() {
     assert_eq!(active.iter().filter(|r| r.usable(0)).count(), 1);
 }
 
-/// Needs a multi-threaded runtime: the instances race.
-pub async fn a_change_on_one_instance_wakes_the_listener_of_another() {
-    let db = TestDb::create().await;
+/// Two instances on `db`: one to write, one listening, its listener connected.
+async fn writer_and_listener(db: &TestDb) -> (PgStore, PgStore, Listener) {
     let writer = PgStore::open(&db.url()).await.unwrap();
     let watcher = PgStore::open(&db.url()).await.unwrap();
     let mut listener = watcher.listen();
@@ -89,7 +74,17 @@ pub async fn a_change_on_one_instance_wakes_the_listener_of_another() {
     tokio::time::timeout(Duration::from_secs(10), listener.changed())
         .await
         .expect("the listener connects");
-    writer.put_provider_key(key(b"one")).await.unwrap();
+    (writer, watcher, listener)
+}
+
+/// Needs a multi-threaded runtime: the instances race.
+pub async fn a_change_on_one_instance_wakes_the_listener_of_another() {
+    let db = TestDb::create().await;
+    let (writer, watcher, mut listener) = writer_and_listener(&db).await;
+    writer
+        .put_provider_key(provider_key("main", b"one"))
+        .await
+        .unwrap();
     tokio::time::timeout(Duration::from_secs(10), listener.changed())
         .await
         .expect("the rotation is announced");
@@ -99,12 +94,7 @@ pub async fn a_change_on_one_instance_wakes_the_listener_of_another() {
 /// Needs a multi-threaded runtime: the instances race.
 pub async fn a_listener_cut_off_reconnects_and_wakes_for_what_it_may_have_missed() {
     let db = TestDb::create().await;
-    let writer = PgStore::open(&db.url()).await.unwrap();
-    let watcher = PgStore::open(&db.url()).await.unwrap();
-    let mut listener = watcher.listen();
-    tokio::time::timeout(Duration::from_secs(10), listener.changed())
-        .await
-        .expect("the listener connects");
+    let (writer, _watcher, mut listener) = writer_and_listener(&db).await;
     let client = writer.client().await.unwrap();
     let cut = client
         .query(
@@ -116,7 +106,10 @@ pub async fn a_listener_cut_off_reconnects_and_wakes_for_what_it_may_have_missed
         .unwrap();
     assert_eq!(cut.len(), 1, "one listening connection");
     // Made while no connection listens: its NOTIFY is lost, the reconnection makes up for it.
-    writer.put_provider_key(key(b"one")).await.unwrap();
+    writer
+        .put_provider_key(provider_key("main", b"one"))
+        .await
+        .unwrap();
     tokio::time::timeout(Duration::from_secs(10), listener.changed())
         .await
         .expect("the listener wakes after reconnecting");
