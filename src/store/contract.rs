@@ -3,7 +3,6 @@
 //! by the `services` test binary (which lists the checks it skips where no PostgreSQL
 //! answers), through [`checks`].
 
-// A test fixture, compiled for tests only: a check stops at the first surprise.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
